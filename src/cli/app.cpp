@@ -1,0 +1,147 @@
+#include <cstdlib>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+
+namespace sonde::cli {
+
+void print_error(const std::string& message) { std::cerr << "sonde: error: " << message << "\n"; }
+
+Roots roots_from_env() {
+  Roots r;
+  if (const char* p = std::getenv("SONDE_PROC_ROOT"); p && *p) r.proc = p;
+  if (const char* s = std::getenv("SONDE_SYS_ROOT"); s && *s) r.sys = s;
+  return r;
+}
+
+Result<std::vector<Level>> parse_levels(const std::string& text) {
+  std::vector<Level> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = text.find(',', start);
+    const std::string name =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    auto l = parse_level(name);
+    if (!l)
+      return make_error(Errc::config, fmt::format("--levels: unknown level '{}' (expected a "
+                                                  "comma-separated list of process, user, slurm, system)",
+                                                  name));
+    for (Level seen : out)
+      if (seen == *l)
+        return make_error(Errc::config, fmt::format("--levels: '{}' is given twice", name));
+    out.push_back(*l);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::optional<Config> load(const CommonOptions& common) {
+  ConfigSearch search;
+  search.explicit_file = common.config_file;
+  auto cfg = load_config(search);
+  if (!cfg) {
+    print_error(cfg.error().message);
+    return std::nullopt;
+  }
+  if (common.interval_s) {
+    if (!(*common.interval_s >= 0.01)) {
+      print_error(fmt::format("--interval: expected a number of seconds >= 0.01, got {}",
+                              *common.interval_s));
+      return std::nullopt;
+    }
+    cfg->interval_s = *common.interval_s;
+  }
+  if (!common.out.empty()) cfg->out_dir = common.out;
+  return std::move(*cfg);
+}
+
+namespace {
+void add_common(CLI::App* app, CommonOptions& o, bool outputs) {
+  app->add_option("--config", o.config_file, "configuration file, merged last");
+  app->add_option("--interval", o.interval_s, "sampling interval in seconds (>= 0.01)");
+  app->add_option("--levels", o.levels, "comma-separated levels: process,user,slurm,system");
+  if (outputs) {
+    app->add_option("--out", o.out, "run directory (default: a new one under ./sonde-runs/)");
+    app->add_flag("--quiet", o.quiet, "print no summary");
+    app->add_option("--summary-json", o.summary_json, "also write the summary as JSON to this file");
+  }
+}
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"sonde: a fast, pluggable performance monitor for Linux nodes"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("sonde ") + SONDE_VERSION);
+  CommonOptions common;
+  SessionOptions session;
+
+  auto* run = app.add_subcommand("run", "run a command and record what it used");
+  add_common(run, common, true);
+  run->add_option("command", session.command, "the command and its arguments (after --)")->required();
+
+  auto* record = app.add_subcommand("record", "record a running process, or the node");
+  add_common(record, common, true);
+  auto* pid_opt = record->add_option("--pid", session.pid, "process to record (with its descendants)");
+  auto* sys_opt = record->add_flag("--system", session.system_only, "record the node only");
+  pid_opt->excludes(sys_opt);
+  record->add_option("--duration", session.duration_s, "stop after this many seconds");
+
+  auto* stream = app.add_subcommand("stream", "JSON lines on stdout (JUmPER's native-collector protocol)");
+  add_common(stream, common, false);
+  stream->add_option("--target-pid", session.pid, "process to monitor (default: the parent process)");
+
+  bool timing = false;
+  auto* collectors = app.add_subcommand("collectors", "list the configured collectors and their columns");
+  collectors->add_option("--config", common.config_file, "configuration file, merged last");
+  collectors->add_flag("--timing", timing, "measure the cost per tick of each collector");
+
+  auto* config = app.add_subcommand("config", "show or check the configuration");
+  config->require_subcommand(1);
+  bool defaults = false;
+  auto* show = config->add_subcommand("show", "print the merged configuration as YAML");
+  show->add_option("--config", common.config_file, "configuration file, merged last");
+  show->add_flag("--defaults", defaults, "print the built-in defaults only");
+  std::string check_file;
+  auto* check = config->add_subcommand("check", "check a configuration file (exit 2 if malformed)");
+  check->add_option("file", check_file, "the file")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+
+  if (*run) {
+    session.mode = SessionOptions::Mode::run;
+    return run_session(common, session);
+  }
+  if (*record) {
+    if (session.pid <= 0 && !session.system_only) {
+      print_error("record: give --pid PID or --system");
+      return kExitUsage;
+    }
+    if (session.duration_s && !(*session.duration_s > 0)) {
+      print_error("--duration: expected a number of seconds > 0");
+      return kExitUsage;
+    }
+    session.mode = SessionOptions::Mode::record;
+    return run_session(common, session);
+  }
+  if (*stream) {
+    session.mode = SessionOptions::Mode::stream;
+    return run_session(common, session);
+  }
+  if (*collectors) return cmd_collectors(common, timing);
+  if (*show) return cmd_config_show(common, defaults);
+  if (*check) return cmd_config_check(check_file);
+  return kExitUsage;
+}
+
+}  // namespace sonde::cli

@@ -1,0 +1,52 @@
+#pragma once
+// The subcommands. main() only calls run_cli; everything else lives in the library.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/fs.hpp"
+#include "core/level.hpp"
+
+namespace sonde::cli {
+
+/// Options shared by the sampling subcommands.
+struct CommonOptions {
+  std::string config_file;
+  std::optional<double> interval_s;
+  std::string levels;  ///< comma-separated, empty: from the configuration
+  std::string out;
+  bool quiet = false;
+  std::string summary_json;
+};
+
+/// Exit statuses of sonde itself (a `run` otherwise exits with its command's status).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;  ///< malformed configuration or flags; nothing was started
+
+/// Loads the layered configuration and applies the flags; prints the error and returns nullopt
+/// on bad input.
+std::optional<Config> load(const CommonOptions& common);
+/// Parses "process,user" (unknown names and duplicates are errors).
+Result<std::vector<Level>> parse_levels(const std::string& text);
+/// Roots from $SONDE_PROC_ROOT / $SONDE_SYS_ROOT (for tests), else /proc and /sys.
+Roots roots_from_env();
+void print_error(const std::string& message);
+
+struct SessionOptions {
+  enum class Mode { run, record, stream } mode = Mode::run;
+  std::vector<std::string> command;  ///< run
+  int pid = 0;                       ///< record --pid, stream --target-pid
+  bool system_only = false;          ///< record --system
+  std::optional<double> duration_s;  ///< record --duration
+};
+int run_session(const CommonOptions& common, const SessionOptions& session);
+
+int cmd_collectors(const CommonOptions& common, bool timing);
+int cmd_config_show(const CommonOptions& common, bool defaults);
+int cmd_config_check(const std::string& file);
+
+int run_cli(int argc, char** argv);
+
+}  // namespace sonde::cli

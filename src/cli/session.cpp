@@ -1,0 +1,294 @@
+// run / record / stream: one engine, one sampling loop on an absolute monotonic schedule, driven
+// by ppoll on a signalfd, the target's pidfd and (stream) stdout.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+#include "core/engine.hpp"
+#include "core/summary.hpp"
+#include "sinks/csv_run_dir.hpp"
+#include "sinks/json_stream.hpp"
+
+extern char** environ;
+
+namespace sonde::cli {
+namespace {
+
+int pidfd_open(int pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+timespec to_timespec(double s) {
+  if (s < 0) s = 0;
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(s);
+  ts.tv_nsec = static_cast<long>((s - static_cast<double>(ts.tv_sec)) * 1e9);
+  return ts;
+}
+
+int status_code(int wstatus) {
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return 1;
+}
+
+double tv_s(const timeval& tv) {
+  return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
+}
+
+// Blocks the signals sonde handles through a signalfd. The original mask is restored in the
+// spawned command.
+struct Signals {
+  sigset_t handled{}, original{};
+  int fd = -1;
+  Signals() {
+    sigemptyset(&handled);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&handled, s);
+    ::sigprocmask(SIG_BLOCK, &handled, &original);
+    fd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+    ::signal(SIGPIPE, SIG_IGN);  // a closed stdout is seen as EPIPE
+  }
+  ~Signals() {
+    if (fd >= 0) ::close(fd);
+    ::sigprocmask(SIG_SETMASK, &original, nullptr);
+  }
+};
+
+}  // namespace
+
+int run_session(const CommonOptions& common, const SessionOptions& so) {
+  using Mode = SessionOptions::Mode;
+  const bool streaming = so.mode == Mode::stream;
+  auto fail_usage = [&](const std::string& msg) {
+    print_error(msg);
+    if (streaming) JsonStreamSink::error(STDOUT_FILENO, msg);
+    return kExitUsage;
+  };
+
+  auto cfg = load(common);
+  if (!cfg) {
+    if (streaming) JsonStreamSink::error(STDOUT_FILENO, "invalid configuration");
+    return kExitUsage;
+  }
+  std::vector<Level> levels;
+  if (!common.levels.empty()) {
+    auto parsed = parse_levels(common.levels);
+    if (!parsed) return fail_usage(parsed.error().message);
+    levels = *parsed;
+  }
+  if (so.system_only) levels = {Level::system};
+
+  const Roots roots = roots_from_env();
+  // The target: the command sonde starts (it inherits sonde's affinity, cgroup, limits and
+  // environment, so sonde itself stands in for it until it exists), a given pid, or none.
+  int target_pid = 0;
+  if (so.mode == Mode::run) target_pid = ::getpid();
+  if (so.mode == Mode::record && !so.system_only) target_pid = so.pid;
+  if (so.mode == Mode::stream) target_pid = so.pid > 0 ? so.pid : ::getppid();
+  TargetInfo target;
+  if (target_pid > 0) {
+    auto t = discover_target(roots, target_pid);
+    if (!t) {
+      print_error(fmt::format("cannot watch process {}: {}", target_pid, t.error().message));
+      if (streaming) JsonStreamSink::error(STDOUT_FILENO, t.error().message);
+      return kExitFailure;
+    }
+    target = *t;
+    target.pid = target_pid;
+  } else {
+    target.uid = ::getuid();
+  }
+
+  EngineOptions eo;
+  eo.roots = roots;
+  eo.target = target;
+  eo.levels = levels;
+  Registry registry;
+  register_builtin_collectors(registry);
+  auto engine_r = Engine::create(*cfg, eo, registry);
+  if (!engine_r) {
+    if (engine_r.error().code == Errc::config) return fail_usage(engine_r.error().message);
+    print_error(engine_r.error().message);
+    if (streaming) JsonStreamSink::error(STDOUT_FILENO, engine_r.error().message);
+    return kExitFailure;
+  }
+  Engine& engine = **engine_r;
+
+  // Outputs are created before the command starts: an unwritable --out starts nothing.
+  std::unique_ptr<RunDirSink> run_dir;
+  std::optional<JsonStreamSink> stream;
+  nlohmann::json meta;
+  meta["command"] = so.command;
+  meta["mode"] = so.mode == Mode::run ? "run" : so.mode == Mode::record ? "record" : "stream";
+  meta["start_wallclock"] = wallclock_now();
+  meta["config_sources"] = cfg->sources;
+  if (streaming) {
+    stream.emplace(STDOUT_FILENO);
+  } else {
+    const std::string dir = !common.out.empty() ? common.out
+                                                : RunDirSink::default_dir(cfg->out_dir, so.command);
+    meta["target_pid"] = target_pid;
+    auto sink = RunDirSink::create(dir, engine, meta);
+    if (!sink) {
+      print_error(sink.error().message);
+      return sink.error().code == Errc::config ? kExitUsage : kExitFailure;
+    }
+    run_dir = std::move(*sink);
+  }
+
+  Signals signals;
+  pid_t child = -1;
+  if (so.mode == Mode::run) {
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaddset(&defaults, s);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setsigmask(&attr, &signals.original);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    std::vector<char*> argv;
+    for (const auto& a : so.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const int err = ::posix_spawnp(&child, argv[0], nullptr, &attr, argv.data(), environ);
+    posix_spawnattr_destroy(&attr);
+    if (err != 0) {
+      print_error(fmt::format("cannot run '{}': {}", so.command[0], std::strerror(err)));
+      return err == ENOENT ? 127 : 126;
+    }
+    engine.set_target_pid(child);
+    target_pid = child;
+  }
+  if (run_dir && so.mode == Mode::run) run_dir->update("target_pid", child);
+  const int target_fd = target_pid > 0 && !so.system_only ? pidfd_open(target_pid) : -1;
+
+  if (stream && !stream->ready(engine)) return kExitOk;
+
+  RunStats stats(engine);
+  const double interval = engine.interval_s();
+  const double t0 = monotonic_now();
+  std::uint64_t k = 0, missed = 0;
+  bool stop = false, target_gone = false;
+  int wstatus = 0;
+  rusage usage{};
+  bool reaped = false;
+
+  auto sample = [&]() {
+    const auto& tick = engine.tick();
+    stats.add(tick);
+    if (run_dir) run_dir->write(tick);
+    if (stream && !stream->write(engine, tick)) stop = true;
+  };
+
+  while (!stop) {
+    sample();
+    if (stop) break;
+    if (!target_gone && so.mode != Mode::run && target_pid > 0 && !so.system_only && target_fd < 0 &&
+        ::kill(target_pid, 0) != 0 && errno == ESRCH)
+      break;
+    // Next slot on the absolute schedule; slots that passed while sampling are counted, not
+    // invented.
+    ++k;
+    double next = t0 + static_cast<double>(k) * interval;
+    const double now = monotonic_now();
+    if (now >= next) {
+      const auto due = static_cast<std::uint64_t>(std::floor((now - t0) / interval)) + 1;
+      missed += due - k;
+      k = due;
+      next = t0 + static_cast<double>(k) * interval;
+    }
+    if (so.duration_s && next - t0 > *so.duration_s + 1e-9) break;
+
+    // Wait for the slot, a signal, the target's exit or a closed stdout.
+    while (!stop) {
+      pollfd fds[3];
+      nfds_t n = 0;
+      fds[n++] = {signals.fd, POLLIN, 0};
+      const int target_index = target_fd >= 0 ? static_cast<int>(n) : -1;
+      if (target_fd >= 0) fds[n++] = {target_fd, POLLIN, 0};
+      const int out_index = streaming ? static_cast<int>(n) : -1;
+      if (streaming) fds[n++] = {STDOUT_FILENO, 0, 0};
+      const timespec ts = to_timespec(next - monotonic_now());
+      const int r = ::ppoll(fds, n, &ts, nullptr);
+      if (r == 0) break;  // the slot has come
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      if (fds[0].revents & POLLIN) {
+        signalfd_siginfo si{};
+        while (::read(signals.fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+          const int sig = static_cast<int>(si.ssi_signo);
+          if (sig == SIGCHLD) {
+            // Without a pidfd (kernels before 5.3) the command's exit is seen here.
+            siginfo_t info{};
+            if (so.mode == Mode::run && target_fd < 0 &&
+                ::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                info.si_pid == child) {
+              target_gone = true;
+              sample();
+              stop = true;
+            }
+            continue;
+          }
+          if (so.mode == Mode::run) {
+            // A signal from the terminal already reached the command (same process group);
+            // one sent to sonde alone is passed on. sonde keeps sampling until the command exits.
+            const bool from_kill = si.ssi_code == SI_USER || si.ssi_code == SI_QUEUE || si.ssi_code == SI_TKILL;
+            if (from_kill && static_cast<pid_t>(si.ssi_pid) != child) ::kill(child, sig);
+          } else {
+            stop = true;
+          }
+        }
+      }
+      if (target_index >= 0 && (fds[target_index].revents & POLLIN)) {
+        // The target exited. While it is a zombie its CPU times (and its reaped children's) are
+        // still in /proc: take the last sample before reaping it.
+        target_gone = true;
+        sample();
+        stop = true;
+      }
+      if (out_index >= 0 && (fds[out_index].revents & (POLLERR | POLLHUP))) stop = true;
+    }
+  }
+  if (so.mode == Mode::run) {
+    while (::wait4(child, &wstatus, 0, &usage) < 0 && errno == EINTR) {
+    }
+    reaped = true;
+  }
+  if (target_fd >= 0) ::close(target_fd);
+
+  RunOutcome outcome;
+  outcome.command = so.command;
+  outcome.wall_s = monotonic_now() - t0;
+  if (reaped) {
+    outcome.exit_status = status_code(wstatus);
+    outcome.user_cpu_s = tv_s(usage.ru_utime);
+    outcome.system_cpu_s = tv_s(usage.ru_stime);
+  }
+  if (run_dir) outcome.run_dir = run_dir->dir();
+  const nlohmann::json summary = summary_json(engine, stats, outcome);
+  if (run_dir) run_dir->finish(outcome, summary, engine.ticks(), missed);
+  if (!streaming && !common.quiet) std::cerr << summary_text(summary);
+  if (!common.summary_json.empty()) {
+    std::ofstream f(common.summary_json);
+    f << summary.dump(2) << "\n";
+    if (!f) print_error("cannot write " + common.summary_json);
+  }
+  return outcome.exit_status.value_or(kExitOk);
+}
+
+}  // namespace sonde::cli

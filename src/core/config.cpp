@@ -1,0 +1,696 @@
+// Configuration: parsing, validation and merging of YAML files (see docs/configuration.md).
+#include "core/config.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <span>
+#include <string_view>
+#include <utility>
+
+namespace sonde {
+
+namespace {
+
+// The only global: the built-in defaults, merged first under the name "<defaults>".
+constexpr const char* kDefaultConfigYaml =
+    R"(# sonde built-in defaults. Files merged later change these key by key.
+interval: 0.5        # seconds between two samples
+out_dir: sonde-runs  # where `sonde run` and `sonde record` create their run directories
+# levels: not set, i.e. every level that applies (slurm only inside a Slurm job)
+collectors:
+  # The target's process tree, uid and Slurm job for the tick context; produces no columns.
+  process:
+    _target_: sonde.collectors.process
+    inject: [pid, process, uid, slurm_job]
+    handler: {_target_: NoOpHandler}
+  # CPU utilisation in percent: cpu_util_0..N-1 and cpu_util_avg|min|max.
+  cpu:
+    _target_: sonde.collectors.cpu
+    inject: [node_info]
+    handler: {_target_: PerDeviceAggregateHandler, prefix: cpu_util_}
+  # Memory in use, GiB: RSS sum of the level's processes, MemTotal - MemAvailable for system.
+  memory:
+    _target_: sonde.collectors.memory
+    inject: []
+    handler: {_target_: ScalarHandler, column: memory}
+  # Disk I/O rates: operations/s and bytes/s.
+  io:
+    _target_: sonde.collectors.io
+    inject: []
+    handler:
+      _target_: CumulativeRateHandler
+      columns: [io_read_count, io_write_count, io_read, io_write]
+  # Network rates: bytes/s and packets/s.
+  network:
+    _target_: sonde.collectors.network
+    inject: []
+    handler:
+      _target_: CumulativeRateHandler
+      columns: [net_bytes_sent, net_bytes_recv, net_packets_sent, net_packets_recv]
+  # Number of processes in the level.
+  procs:
+    _target_: sonde.collectors.procs
+    inject: []
+    handler: {_target_: ScalarHandler, column: num_procs}
+)";
+
+constexpr double kMinIntervalS = 0.01;
+
+/// The built-in handlers and the arguments each one requires (all of them are required).
+/// What a handler argument must be, for "needs ..." messages.
+std::string_view arg_kind(std::string_view arg) {
+  if (arg == "column") return "a column name";
+  if (arg == "prefix") return "a column-name prefix";
+  if (arg == "metrics") return "a non-empty list of metric names";
+  return "a non-empty list of column names";
+}
+
+struct HandlerInfo {
+  std::string_view name;
+  std::string_view args[2];
+  std::size_t num_args;
+};
+constexpr HandlerInfo kHandlers[] = {
+    {"ScalarHandler", {"column", {}}, 1},
+    {"PerDeviceAggregateHandler", {"prefix", {}}, 1},
+    {"PerDeviceMultiAggregateHandler", {"prefix", "metrics"}, 2},
+    {"CumulativeRateHandler", {"columns", {}}, 1},
+    {"NoOpHandler", {{}, {}}, 0},
+};
+
+constexpr std::string_view kEntryKeys[] = {"_target_", "inject", "enabled", "timeout", "handler"};
+
+using Items = std::vector<std::pair<YAML::Node, YAML::Node>>;
+
+template <class Range>
+std::string join(const Range& range, std::string_view sep = ", ") {
+  std::string out;
+  for (const auto& item : range) {
+    if (!out.empty()) out += sep;
+    out += item;
+  }
+  return out;
+}
+
+std::string handler_names() {
+  std::vector<std::string> names;
+  for (const HandlerInfo& h : kHandlers) names.emplace_back(h.name);
+  return join(names);
+}
+
+std::string level_names() {
+  std::vector<std::string> names;
+  for (Level l : kAllLevels) names.emplace_back(level_name(l));
+  return join(names);
+}
+
+Origin origin_at(const std::string& file, const YAML::Mark& mark) {
+  // yaml-cpp counts from 0 and uses -1 for "no position"; a message always names a position.
+  return Origin{file, std::max(mark.line, 0) + 1, std::max(mark.column, 0) + 1};
+}
+
+Error config_error(const Origin& where, const std::string& message) {
+  return make_error(Errc::config, where.str() + ": " + message);
+}
+
+/// "'fast'", "a list", ... for "got ..." in messages.
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Scalar:
+      if (n.Tag() == "!") return "'" + n.Scalar() + "' (a quoted string)";
+      return "'" + n.Scalar() + "'";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: break;
+  }
+  return "nothing";
+}
+
+bool is_column_name(std::string_view s) {
+  if (s.empty()) return false;
+  auto alpha = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  if (!alpha(s.front())) return false;
+  return std::all_of(s.begin() + 1, s.end(),
+                     [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
+}
+
+/// Whether line `line` (0-based) of `text` has a tab in its indentation.
+bool indented_with_tab(std::string_view text, int line) {
+  std::size_t pos = 0;
+  for (int i = 0; i < line && pos != std::string_view::npos; ++i) {
+    pos = text.find('\n', pos);
+    if (pos != std::string_view::npos) ++pos;
+  }
+  if (pos == std::string_view::npos) return false;
+  std::size_t end = text.find_first_not_of(" \t", pos);
+  return text.substr(pos, end == std::string_view::npos ? end : end - pos).find('\t') !=
+         std::string_view::npos;
+}
+
+std::string format_double(double v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+/// Parses one YAML document; everything it reports is prefixed with the file's name.
+class Parser {
+ public:
+  explicit Parser(const std::string& file) : file_(file) {}
+
+  Result<void> merge(Config& cfg, const YAML::Node& root) {
+    if (!root.IsMap()) {
+      return error(root.Mark(), "expected a map of settings (" + setting_keys() +
+                                    ") at the top level, got " + describe(root));
+    }
+    auto items = map_items(root, "");
+    if (!items) return items.error();
+    for (const auto& [k, v] : *items) {
+      const std::string& key = k.Scalar();
+      Result<void> r;
+      if (key == "interval") {
+        auto s = seconds_value(k, v, key, kMinIntervalS);
+        if (!s) return s.error();
+        cfg.interval_s = *s;
+      } else if (key == "levels") {
+        r = levels(cfg, k, v);
+      } else if (key == "out_dir") {
+        auto s = string_value(k, v, key);
+        if (!s) return s.error();
+        cfg.out_dir = *s;
+      } else if (key == "collectors") {
+        r = collectors(cfg, k, v);
+      } else {
+        return error(k.Mark(),
+                     "unknown key '" + key + "' (expected one of: " + setting_keys() + ")");
+      }
+      if (!r) return r;
+    }
+    return {};
+  }
+
+ private:
+  static std::string setting_keys() {
+    std::vector<std::string> keys;
+    for (const SettingInfo& s : setting_table()) keys.emplace_back(s.key);
+    return join(keys);
+  }
+
+  Error error(const YAML::Mark& mark, const std::string& message) const {
+    return config_error(origin_at(file_, mark), message);
+  }
+
+  /// Where to report a value: an empty value has no position of its own, so use its key's.
+  static YAML::Mark value_mark(const YAML::Node& key, const YAML::Node& value) {
+    if (value.IsNull() && value.Mark().line != key.Mark().line) return key.Mark();
+    return value.Mark();
+  }
+
+  /// The key/value pairs of a map whose keys are non-empty, unique strings.
+  Result<Items> map_items(const YAML::Node& map, const std::string& path) const {
+    Items items;
+    std::map<std::string, int> seen;  // key -> 1-based line
+    for (const auto& kv : map) {
+      const YAML::Node k = kv.first;  // copies: the iterator's value is a temporary proxy
+      std::string where = path.empty() ? std::string() : path + ": ";
+      if (!k.IsScalar() || k.Scalar().empty())
+        return error(k.Mark(), where + "expected a name as key, got " + describe(k));
+      auto [pos, inserted] = seen.emplace(k.Scalar(), k.Mark().line + 1);
+      if (!inserted) {
+        return error(k.Mark(), where + "duplicate key '" + k.Scalar() + "' (first given on line " +
+                                   std::to_string(pos->second) + ")");
+      }
+      items.emplace_back(k, kv.second);
+    }
+    return items;
+  }
+
+  Result<double> seconds_value(const YAML::Node& k, const YAML::Node& v, const std::string& path,
+                               double min_s) const {
+    double d = 0;
+    // A quoted scalar is a string in YAML, so "0.5" is refused like any other word.
+    bool number =
+        v.IsScalar() && v.Tag() != "!" && YAML::convert<double>::decode(v, d) && std::isfinite(d);
+    if (!number || d <= 0) {
+      return error(value_mark(k, v),
+                   path + ": expected a number of seconds > 0, got " + describe(v));
+    }
+    if (d < min_s) {
+      return error(value_mark(k, v), path + ": expected a number of seconds >= " +
+                                         format_double(min_s) + ", got " + describe(v));
+    }
+    return d;
+  }
+
+  Result<std::string> string_value(const YAML::Node& k, const YAML::Node& v,
+                                   const std::string& path) const {
+    if (!v.IsScalar() || v.Scalar().empty())
+      return error(value_mark(k, v), path + ": expected a string, got " + describe(v));
+    return v.Scalar();
+  }
+
+  Result<bool> bool_value(const YAML::Node& k, const YAML::Node& v, const std::string& path) const {
+    bool b = false;
+    if (!v.IsScalar() || v.Tag() == "!" || !YAML::convert<bool>::decode(v, b))
+      return error(value_mark(k, v), path + ": expected true or false, got " + describe(v));
+    return b;
+  }
+
+  Result<std::string> column_name(const YAML::Node& k, const YAML::Node& v,
+                                  const std::string& path) const {
+    if (!v.IsScalar() || !is_column_name(v.Scalar())) {
+      return error(
+          value_mark(k, v),
+          path + ": expected a column name matching [A-Za-z_][A-Za-z0-9_]*, got " + describe(v));
+    }
+    return v.Scalar();
+  }
+
+  /// A non-empty list of unique column names.
+  Result<std::vector<std::string>> column_list(const YAML::Node& k, const YAML::Node& v,
+                                               const std::string& path) const {
+    if (!v.IsSequence() || v.size() == 0) {
+      return error(value_mark(k, v),
+                   path + ": expected a non-empty list of column names, got " +
+                       (v.IsSequence() ? std::string("an empty list") : describe(v)));
+    }
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      YAML::Node item = v[i];
+      auto name = column_name(item, item, path + "[" + std::to_string(i) + "]");
+      if (!name) return name.error();
+      if (std::find(out.begin(), out.end(), *name) != out.end())
+        return error(item.Mark(), path + ": duplicate column '" + *name + "'");
+      out.push_back(*name);
+    }
+    return out;
+  }
+
+  Result<void> levels(Config& cfg, const YAML::Node& k, const YAML::Node& v) const {
+    if (!v.IsSequence() || v.size() == 0) {
+      return error(value_mark(k, v),
+                   "levels: expected a non-empty list of levels (" + level_names() + "), got " +
+                       (v.IsSequence() ? std::string("an empty list") : describe(v)));
+    }
+    std::vector<Level> out;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      YAML::Node item = v[i];
+      std::optional<Level> level;
+      if (item.IsScalar()) level = parse_level(item.Scalar());
+      if (!level) {
+        return error(item.Mark(), "levels: unknown level " + describe(item) +
+                                      " (expected one of: " + level_names() + ")");
+      }
+      if (std::find(out.begin(), out.end(), *level) != out.end())
+        return error(item.Mark(), "levels: duplicate level " + describe(item));
+      out.push_back(*level);
+    }
+    cfg.levels = std::move(out);
+    cfg.levels_origin = origin_at(file_, k.Mark());
+    return {};
+  }
+
+  Result<void> collectors(Config& cfg, const YAML::Node& k, const YAML::Node& v) const {
+    if (!v.IsMap()) {
+      return error(value_mark(k, v),
+                   "collectors: expected a map of collector name to entry, got " + describe(v));
+    }
+    auto items = map_items(v, "collectors");
+    if (!items) return items.error();
+    for (const auto& [name_node, entry] : *items) {
+      const std::string& name = name_node.Scalar();
+      auto it = std::find_if(cfg.collectors.begin(), cfg.collectors.end(),
+                             [&](const CollectorSpec& c) { return c.name == name; });
+      bool is_new = it == cfg.collectors.end();
+      CollectorSpec spec;
+      if (is_new) {
+        spec.name = name;
+      } else {
+        spec = *it;
+      }
+      auto r = collector_entry(spec, is_new, name_node, entry);
+      if (!r) return r;
+      if (is_new) {
+        cfg.collectors.push_back(std::move(spec));
+      } else {
+        *it = std::move(spec);
+      }
+    }
+    return {};
+  }
+
+  Result<void> collector_entry(CollectorSpec& spec, bool is_new, const YAML::Node& k,
+                               const YAML::Node& v) const {
+    const std::string path = "collectors." + spec.name;
+    if (!v.IsMap()) {
+      return error(value_mark(k, v), path +
+                                         ": expected a map with _target_, handler, inject, "
+                                         "enabled, timeout and keyword arguments, got " +
+                                         describe(v));
+    }
+    auto items = map_items(v, path);
+    if (!items) return items.error();
+    bool has_target = false;
+    bool has_handler = false;
+    for (const auto& [ek, ev] : *items) {
+      const std::string& key = ek.Scalar();
+      const std::string key_path = path + "." + key;
+      if (key == "_target_") {
+        auto s = string_value(ek, ev, key_path);
+        if (!s) return s.error();
+        spec.target = *s;
+        has_target = true;
+      } else if (key == "inject") {
+        auto r = inject(spec, ek, ev, key_path);
+        if (!r) return r;
+      } else if (key == "enabled") {
+        auto b = bool_value(ek, ev, key_path);
+        if (!b) return b.error();
+        spec.enabled = *b;
+      } else if (key == "timeout") {
+        auto s = seconds_value(ek, ev, key_path, 0);
+        if (!s) return s.error();
+        spec.timeout_s = *s;
+      } else if (key == "handler") {
+        auto h = handler(ek, ev, key_path);
+        if (!h) return h.error();
+        spec.handler = std::move(*h);
+        has_handler = true;
+      } else if (key.front() == '_') {
+        // Probably a misspelt _target_; a keyword argument never starts with '_'.
+        return error(ek.Mark(), path + ": unknown reserved key '" + key +
+                                    "' (expected one of: " + join(kEntryKeys) + ")");
+      } else {
+        spec.kwargs[key] = KwArg{YAML::Clone(ev), origin_at(file_, value_mark(ek, ev))};
+      }
+    }
+    if (is_new && !has_target) {
+      return error(k.Mark(), path +
+                                 ": a new collector needs '_target_' (e.g. sonde.collectors.cpu, "
+                                 "plugin:libfoo.so, python:module.Class, exec)");
+    }
+    if (is_new && !has_handler) {
+      return error(k.Mark(), path +
+                                 ": a new collector needs 'handler' (a map with _target_: one "
+                                 "of " +
+                                 handler_names() + ")");
+    }
+    spec.origin = origin_at(file_, k.Mark());
+    return {};
+  }
+
+  Result<void> inject(CollectorSpec& spec, const YAML::Node& k, const YAML::Node& v,
+                      const std::string& path) const {
+    const std::string valid = join(kInjectKeys);
+    if (!v.IsSequence())
+      return error(value_mark(k, v),
+                   path + ": expected a list of inject keys (" + valid + "), got " + describe(v));
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      YAML::Node item = v[i];
+      bool known = item.IsScalar() && std::find(std::begin(kInjectKeys), std::end(kInjectKeys),
+                                                item.Scalar()) != std::end(kInjectKeys);
+      if (!known) {
+        return error(item.Mark(), path + ": unknown inject key " + describe(item) +
+                                      " (expected one of: " + valid + ")");
+      }
+      if (std::find(out.begin(), out.end(), item.Scalar()) != out.end())
+        return error(item.Mark(), path + ": duplicate inject key " + describe(item));
+      out.push_back(item.Scalar());
+    }
+    spec.inject = std::move(out);
+    return {};
+  }
+
+  Result<HandlerSpec> handler(const YAML::Node& k, const YAML::Node& v,
+                              const std::string& path) const {
+    if (!v.IsMap()) {
+      return error(value_mark(k, v), path + ": expected a map with _target_ (one of " +
+                                         handler_names() + ") and its arguments, got " +
+                                         describe(v));
+    }
+    auto items = map_items(v, path);
+    if (!items) return items.error();
+    HandlerSpec spec;
+    spec.origin = origin_at(file_, k.Mark());
+    const HandlerInfo* info = nullptr;
+    for (const auto& [hk, hv] : *items) {
+      if (hk.Scalar() != "_target_") continue;
+      auto target = string_value(hk, hv, path + "._target_");
+      if (!target) return target.error();
+      // JUmPER configs name handlers by Python path; the last component is the handler.
+      std::string short_name = target->substr(target->rfind('.') + 1);
+      for (const HandlerInfo& h : kHandlers)
+        if (h.name == short_name) info = &h;
+      if (!info) {
+        return error(hv.Mark(), path + "._target_: unknown handler '" + *target +
+                                    "' (expected one of: " + handler_names() + ")");
+      }
+      spec.target = short_name;
+    }
+    if (!info) {
+      return error(k.Mark(),
+                   path + ": missing '_target_' (expected one of: " + handler_names() + ")");
+    }
+    const auto args = std::span(info->args, info->num_args);
+    for (const auto& [hk, hv] : *items) {
+      const std::string& key = hk.Scalar();
+      const std::string key_path = path + "." + key;
+      if (key == "_target_") continue;
+      if (std::find(args.begin(), args.end(), key) == args.end()) {
+        std::string expected =
+            args.empty() ? std::string("it takes none") : "expected: " + join(args);
+        return error(hk.Mark(), path + ": unknown argument '" + key + "' for " + spec.target +
+                                    " (" + expected + ")");
+      }
+      if (key == "column" || key == "prefix") {
+        auto name = column_name(hk, hv, key_path);
+        if (!name) return name.error();
+        (key == "column" ? spec.column : spec.prefix) = *name;
+      } else {
+        auto list = column_list(hk, hv, key_path);
+        if (!list) return list.error();
+        (key == "columns" ? spec.columns : spec.metrics) = std::move(*list);
+      }
+    }
+    for (std::string_view arg : args) {
+      bool given = arg == "column"    ? spec.column.has_value()
+                   : arg == "prefix"  ? spec.prefix.has_value()
+                   : arg == "columns" ? !spec.columns.empty()
+                                      : !spec.metrics.empty();
+      if (!given) {
+        return error(k.Mark(), path + ": " + spec.target + " needs '" + std::string(arg) + "' (" +
+                                   std::string(arg_kind(arg)) + ")");
+      }
+    }
+    return spec;
+  }
+
+  const std::string& file_;
+};
+
+/// Emits a kwarg as it was written; a quoted scalar stays quoted so that it stays a string.
+void emit_node(YAML::Emitter& out, const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: out << YAML::Null; return;
+    case YAML::NodeType::Scalar:
+      if (n.Tag() == "!") out << YAML::DoubleQuoted;
+      out << n.Scalar();
+      return;
+    case YAML::NodeType::Sequence:
+      if (n.Style() == YAML::EmitterStyle::Flow) out << YAML::Flow;
+      out << YAML::BeginSeq;
+      for (const auto& item : n) emit_node(out, item);
+      out << YAML::EndSeq;
+      return;
+    case YAML::NodeType::Map:
+      if (n.Style() == YAML::EmitterStyle::Flow) out << YAML::Flow;
+      out << YAML::BeginMap;
+      for (const auto& kv : n) {
+        out << YAML::Key;
+        emit_node(out, kv.first);
+        out << YAML::Value;
+        emit_node(out, kv.second);
+      }
+      out << YAML::EndMap;
+      return;
+  }
+}
+
+void emit_flow_list(YAML::Emitter& out, const std::vector<std::string>& items) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (const std::string& s : items) out << s;
+  out << YAML::EndSeq;
+}
+
+}  // namespace
+
+std::string Origin::str() const {
+  if (line <= 0) return file;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+const CollectorSpec* Config::find(const std::string& name) const {
+  for (const CollectorSpec& c : collectors)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+const std::vector<SettingInfo>& setting_table() {
+  static const std::vector<SettingInfo> table = {
+      {"interval", "number (seconds)", "0.5",
+       "Time between two samples, in seconds; at least 0.01."},
+      {"levels", "list of process, user, slurm, system", "(every level that applies)",
+       "Levels to sample; without it every level that applies (slurm only inside a Slurm job)."},
+      {"out_dir", "string", "sonde-runs",
+       "Directory in which `sonde run` and `sonde record` create their run directories."},
+      {"collectors", "map of name to collector entry", "process, cpu, memory, io, network, procs",
+       "Collectors to run, each with its _target_, inject, handler and keyword arguments."},
+  };
+  return table;
+}
+
+const std::string& default_config_yaml() {
+  static const std::string text = kDefaultConfigYaml;
+  return text;
+}
+
+Result<void> merge_config_text(Config& cfg, const std::string& text, const std::string& file) {
+  Config merged = cfg;  // a failed merge leaves `cfg` as it was
+  try {
+    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (docs.size() > 1) {
+      return config_error(origin_at(file, docs[1].Mark()),
+                          "expected one YAML document, found " + std::to_string(docs.size()));
+    }
+    // An empty file (or one with only comments) changes nothing.
+    if (!docs.empty() && !docs[0].IsNull()) {
+      auto r = Parser(file).merge(merged, docs[0]);
+      if (!r) return r;
+    }
+  } catch (const YAML::Exception& e) {
+    // yaml-cpp's message for a tab-indented line is often just "illegal map value".
+    std::string hint;
+    if (e.msg.find("tab") == std::string::npos && e.mark.line >= 0 &&
+        indented_with_tab(text, e.mark.line))
+      hint = " (YAML is indented with spaces, not tabs)";
+    return config_error(origin_at(file, e.mark), "invalid YAML: " + e.msg + hint);
+  }
+  merged.sources.push_back(file);
+  cfg = std::move(merged);
+  return {};
+}
+
+Result<void> merge_config_file(Config& cfg, const std::string& path, bool required) {
+  auto fail = [&](int err) {
+    return make_error(Errc::io, "cannot read config file " + path + ": " + std::strerror(err));
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (!required && (err == ENOENT || err == ENOTDIR)) return {};
+    return fail(err);
+  }
+  std::string text;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return fail(err);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return merge_config_text(cfg, text, path);
+}
+
+Result<Config> load_config(const ConfigSearch& search) {
+  Config cfg;
+  if (auto r = merge_config_text(cfg, default_config_yaml(), "<defaults>"); !r) return r.error();
+  if (!search.etc_file.empty()) {
+    if (auto r = merge_config_file(cfg, search.etc_file, false); !r) return r.error();
+  }
+  std::string xdg;
+  if (search.xdg_config_home) {
+    xdg = *search.xdg_config_home;
+  } else if (const char* env = std::getenv("XDG_CONFIG_HOME"); env && *env) {
+    xdg = env;
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    xdg = std::string(home) + "/.config";
+  }
+  if (!xdg.empty()) {
+    if (auto r = merge_config_file(cfg, xdg + "/sonde/config.yaml", false); !r) return r.error();
+  }
+  if (!search.cwd_file.empty()) {
+    if (auto r = merge_config_file(cfg, search.cwd_file, false); !r) return r.error();
+  }
+  if (!search.explicit_file.empty()) {
+    if (auto r = merge_config_file(cfg, search.explicit_file, true); !r) return r.error();
+  }
+  return cfg;
+}
+
+std::string dump_config(const Config& cfg) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "interval" << YAML::Value << format_double(cfg.interval_s);
+  if (!cfg.levels.empty()) {
+    std::vector<std::string> names;
+    for (Level l : cfg.levels) names.emplace_back(level_name(l));
+    out << YAML::Key << "levels" << YAML::Value;
+    emit_flow_list(out, names);
+  }
+  out << YAML::Key << "out_dir" << YAML::Value << cfg.out_dir;
+  out << YAML::Key << "collectors" << YAML::Value << YAML::BeginMap;
+  for (const CollectorSpec& c : cfg.collectors) {
+    out << YAML::Key << c.name << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "_target_" << YAML::Value << c.target;
+    out << YAML::Key << "inject" << YAML::Value;
+    emit_flow_list(out, c.inject);
+    out << YAML::Key << "enabled" << YAML::Value << c.enabled;
+    if (c.timeout_s) out << YAML::Key << "timeout" << YAML::Value << format_double(*c.timeout_s);
+    const HandlerSpec& h = c.handler;
+    out << YAML::Key << "handler" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "_target_" << YAML::Value << h.target;
+    if (h.column) out << YAML::Key << "column" << YAML::Value << *h.column;
+    if (h.prefix) out << YAML::Key << "prefix" << YAML::Value << *h.prefix;
+    if (!h.metrics.empty()) {
+      out << YAML::Key << "metrics" << YAML::Value;
+      emit_flow_list(out, h.metrics);
+    }
+    if (!h.columns.empty()) {
+      out << YAML::Key << "columns" << YAML::Value;
+      emit_flow_list(out, h.columns);
+    }
+    out << YAML::EndMap;
+    for (const auto& [key, arg] : c.kwargs) {
+      out << YAML::Key << key << YAML::Value;
+      emit_node(out, arg.value);
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap << YAML::EndMap;
+
+  std::string text = "# sonde configuration, merged from (later wins):\n";
+  for (const std::string& s : cfg.sources) text += "#   " + s + "\n";
+  if (cfg.levels.empty()) text += "# levels: not set, i.e. every level that applies\n";
+  text += out.c_str();
+  text += "\n";
+  return text;
+}
+
+}  // namespace sonde

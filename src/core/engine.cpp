@@ -1,0 +1,279 @@
+#include "core/engine.hpp"
+
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace sonde {
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double clock_s(clockid_t id) {
+  timespec ts{};
+  ::clock_gettime(id, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// Raises the soft open-file limit to the hard one (sonde keeps /proc files open across ticks)
+// and returns how many files the scanner may keep open. Only sonde's own limit changes; `sonde run`
+// spawns its command before this is called, so the command keeps the limit it was given.
+std::size_t fd_budget() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 512;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  const rlim_t reserve = 256;  // for sinks, plugins and per-tick opens
+  return rl.rlim_cur > 2 * reserve ? static_cast<std::size_t>(rl.rlim_cur - reserve)
+                                   : static_cast<std::size_t>(rl.rlim_cur / 2);
+}
+}  // namespace
+
+double monotonic_now() { return clock_s(CLOCK_MONOTONIC); }
+double wallclock_now() { return clock_s(CLOCK_REALTIME); }
+double boottime_now() { return clock_s(CLOCK_BOOTTIME); }
+
+std::string_view state_name(CollectorState s) {
+  switch (s) {
+    case CollectorState::ok: return "ok";
+    case CollectorState::unavailable: return "unavailable";
+    case CollectorState::disabled: return "disabled";
+    case CollectorState::failed: return "failed";
+  }
+  return "?";
+}
+
+Engine::~Engine() {
+  for (auto& s : slots_)
+    if (s.collector && s.state == CollectorState::ok) s.collector->teardown();
+}
+
+void Engine::warn(const std::string& msg) const {
+  if (opts_.warn)
+    opts_.warn(msg);
+  else
+    std::cerr << "sonde: warning: " << msg << "\n";
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions opts,
+                                               const Registry& registry) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->opts_ = std::move(opts);
+  e->interval_s_ = cfg.interval_s;
+  const TargetInfo& target = e->opts_.target;
+
+  // Levels: command line, else configuration, else all that apply.
+  const bool explicit_levels = !e->opts_.levels.empty() || !cfg.levels.empty();
+  std::vector<Level> wanted = !e->opts_.levels.empty() ? e->opts_.levels : cfg.levels;
+  if (wanted.empty()) wanted.assign(kAllLevels.begin(), kAllLevels.end());
+  for (Level l : wanted) {
+    if (l == Level::slurm && !target.slurm_job) {
+      if (explicit_levels)
+        e->warn("level 'slurm' needs SLURM_JOB_ID in the target's environment; it is left out");
+      continue;
+    }
+    if (l != Level::system && target.pid <= 0) {
+      if (explicit_levels)
+        e->warn(fmt::format("level '{}' needs a target process; it is left out", level_name(l)));
+      continue;
+    }
+    if (!e->active_[level_index(l)]) e->levels_.push_back(l);
+    e->active_[level_index(l)] = true;
+  }
+  if (e->levels_.empty())
+    return make_error(Errc::config, "no level left to sample");
+
+  auto node = discover_node_info(e->opts_.roots, target);
+  if (!node) return make_error(Errc::unavailable, node.error().message);
+  e->node_ = std::move(*node);
+
+  // Validate every entry before building anything.
+  for (const CollectorSpec& spec : cfg.collectors) {
+    CollectorSlot slot;
+    slot.spec = spec;
+    if (!spec.enabled) {
+      slot.state = CollectorState::disabled;
+      e->slots_.push_back(std::move(slot));
+      continue;
+    }
+    slot.info = registry.find(spec.target);
+    if (slot.info == nullptr) {
+      std::vector<std::string> known;
+      for (const auto& i : registry.all()) known.push_back(i.target);
+      return make_error(Errc::config,
+                        fmt::format("{}: collector '{}': unknown _target_ '{}' (expected one of: {})",
+                                    spec.origin.str(), spec.name, spec.target, fmt::join(known, ", ")));
+    }
+    auto handler = make_handler(spec.handler);
+    if (!handler) return handler.error();
+    slot.handler = std::move(*handler);
+    e->slots_.push_back(std::move(slot));
+  }
+
+  // Build in two phases: collectors that need node_info come after GPU discovery (phase 1
+  // collectors contribute the GPU part of node info).
+  for (int phase = 1; phase <= 2; ++phase) {
+    for (CollectorSlot& slot : e->slots_) {
+      if (slot.state != CollectorState::ok) continue;
+      const bool needs_node = slot.info->needs_node_info || contains(slot.spec.inject, "node_info");
+      if ((phase == 2) != needs_node) continue;
+      CollectorArgs args;
+      args.name = slot.spec.name;
+      args.roots = &e->opts_.roots;
+      args.node = needs_node ? &e->node_ : nullptr;
+      args.target = &e->opts_.target;
+      args.inject = slot.spec.inject;
+      args.interval_s = cfg.interval_s;
+      for (const ParamSpec& p : slot.info->params) args.params[p.name] = p.default_value;
+      for (const auto& [key, arg] : slot.spec.kwargs) {
+        auto p = std::find_if(slot.info->params.begin(), slot.info->params.end(),
+                              [&](const ParamSpec& ps) { return ps.name == key; });
+        if (p == slot.info->params.end()) {
+          std::vector<std::string> names;
+          for (const auto& ps : slot.info->params) names.push_back(ps.name);
+          return make_error(
+              Errc::config,
+              fmt::format("{}: collector '{}' ({}) has no parameter '{}' (expected {})",
+                          arg.origin.str(), slot.spec.name, slot.info->target, key,
+                          names.empty() ? std::string("none")
+                                        : fmt::format("one of: {}", fmt::join(names, ", "))));
+        }
+        auto v = convert_param(*p, arg, slot.spec.name);
+        if (!v) return v.error();
+        args.params[key] = std::move(*v);
+      }
+      slot.collector = slot.info->make(args);
+      auto ok = slot.collector->setup();
+      if (!ok) {
+        slot.state = CollectorState::unavailable;
+        slot.why = ok.error().message;
+        continue;
+      }
+      if (phase == 1) slot.collector->contribute_node_info(e->node_);
+    }
+  }
+
+  // Columns per level; a name may appear once per level.
+  ScanNeeds needs;
+  for (Level l : e->levels_) {
+    std::map<std::string, const CollectorSlot*> owner;
+    auto& cols = e->columns_[level_index(l)];
+    for (CollectorSlot& slot : e->slots_) {
+      if (slot.state != CollectorState::ok || !slot.collector->supports(l)) continue;
+      auto names = slot.handler->columns(slot.collector->devices(l));
+      for (const auto& n : names) {
+        if (n == "time" || n == "wallclock")
+          return make_error(Errc::config, fmt::format("{}: collector '{}': column '{}' is reserved",
+                                                      slot.spec.handler.origin.str(), slot.spec.name, n));
+        auto [it, fresh] = owner.emplace(n, &slot);
+        if (!fresh)
+          return make_error(Errc::config,
+                            fmt::format("{}: collector '{}': duplicate column '{}' (already written "
+                                        "by collector '{}', {})",
+                                        slot.spec.handler.origin.str(), slot.spec.name, n,
+                                        it->second->spec.name, it->second->spec.handler.origin.str()));
+      }
+      slot.at_level[level_index(l)] = true;
+      slot.offset[level_index(l)] = cols.size();
+      slot.width[level_index(l)] = names.size();
+      cols.insert(cols.end(), names.begin(), names.end());
+    }
+    e->tick_.rows[level_index(l)].assign(cols.size(), kNaN);
+  }
+  for (const CollectorSlot& slot : e->slots_) {
+    if (slot.state != CollectorState::ok) continue;
+    const ScanNeeds n = slot.collector->needs();
+    needs.io = needs.io || n.io;
+    needs.threads = needs.threads || n.threads;
+  }
+  e->scanner_ = std::make_unique<ProcScanner>(e->opts_.roots, target, e->active_, needs);
+  return e;
+}
+
+void Engine::set_target_pid(int pid) {
+  opts_.target.pid = pid;
+  scanner_->set_target_pid(pid);
+}
+
+void Engine::record_failure(CollectorSlot& slot, const std::string& message) {
+  ++slot.errors;
+  ++slot.consecutive_errors;
+  slot.last_error = message;
+  if (slot.consecutive_errors >= opts_.max_consecutive_failures) {
+    slot.state = CollectorState::failed;
+    slot.why = fmt::format("disabled after {} consecutive failures; last: {}",
+                           slot.consecutive_errors, message);
+    warn(fmt::format("collector '{}' {}", slot.spec.name, slot.why));
+  }
+}
+
+const Engine::Tick& Engine::tick() {
+  if (ticks_ == 0) scanner_->set_fd_budget(fd_budget());
+  TickContext& ctx = tick_.ctx;
+  ctx.time_s = monotonic_now();
+  ctx.wallclock_s = wallclock_now();
+  ctx.tick = ticks_;
+  ctx.dt_s = prev_time_s_ < 0 ? 0 : ctx.time_s - prev_time_s_;
+  ctx.node = &node_;
+  ctx.target = &opts_.target;
+  ctx.roots = &opts_.roots;
+  ctx.procs = &scanner_->scan(boottime_now());
+  scan_s_ += monotonic_now() - ctx.time_s;
+
+  for (Level l : levels_) std::fill(tick_.rows[level_index(l)].begin(), tick_.rows[level_index(l)].end(), kNaN);
+  for (CollectorSlot& slot : slots_) {
+    if (slot.state != CollectorState::ok) continue;
+    const double t0 = monotonic_now();
+    slot.collector->snapshot(ctx);
+    bool failed = false;
+    std::string error;
+    for (Level l : levels_) {
+      const std::size_t li = level_index(l);
+      if (!slot.at_level[li]) continue;
+      auto out = std::span<double>(tick_.rows[li]).subspan(slot.offset[li], slot.width[li]);
+      auto raw = slot.collector->collect(l, ctx);
+      Result<void> handled = raw ? slot.handler->handle(l, *raw, ctx.time_s, out) : Result<void>(raw.error());
+      if (!handled) {
+        std::fill(out.begin(), out.end(), kNaN);
+        failed = true;
+        error = fmt::format("{} level: {}", level_name(l), handled.error().message);
+      }
+    }
+    const double spent = monotonic_now() - t0;
+    const double deadline = slot.spec.timeout_s.value_or(interval_s_ / 2);
+    if (!failed && spent > deadline) {
+      failed = true;
+      for (Level l : levels_) {  // a value that came too late is not used
+        const std::size_t li = level_index(l);
+        if (slot.at_level[li])
+          std::fill_n(tick_.rows[li].begin() + static_cast<long>(slot.offset[li]), slot.width[li], kNaN);
+      }
+      error = fmt::format("took {:.1f} ms, over its deadline of {:.1f} ms", spent * 1e3, deadline * 1e3);
+    }
+    ++slot.calls;
+    slot.total_s += spent;
+    if (failed)
+      record_failure(slot, error);
+    else
+      slot.consecutive_errors = 0;
+  }
+  prev_time_s_ = ctx.time_s;
+  ++ticks_;
+  return tick_;
+}
+
+}  // namespace sonde

@@ -1,0 +1,104 @@
+#pragma once
+// The engine: builds collectors and handlers from the configuration, then samples one tick at a
+// time (one /proc scan, every collector for every active level). Scheduling lives in Sampler.
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/collector.hpp"
+#include "core/config.hpp"
+#include "core/handlers.hpp"
+#include "core/proc_scanner.hpp"
+
+namespace sonde {
+
+struct EngineOptions {
+  Roots roots;
+  TargetInfo target;
+  /// Levels asked for on the command line; empty: the config's, else all that apply.
+  std::vector<Level> levels;
+  /// Where warnings go (default: stderr, prefixed "sonde: warning: ").
+  std::function<void(const std::string&)> warn;
+  /// Consecutive failures after which a collector is disabled.
+  unsigned max_consecutive_failures = 5;
+};
+
+enum class CollectorState { ok, unavailable, disabled, failed };
+std::string_view state_name(CollectorState s);
+
+struct CollectorSlot {
+  CollectorSpec spec;
+  const CollectorInfo* info = nullptr;
+  std::unique_ptr<Collector> collector;
+  std::unique_ptr<Handler> handler;
+  CollectorState state = CollectorState::ok;
+  std::string why;  ///< for unavailable/failed
+  std::array<bool, kNumLevels> at_level{};
+  std::array<std::size_t, kNumLevels> offset{};  ///< first column in the level's row
+  std::array<std::size_t, kNumLevels> width{};   ///< number of columns at the level
+  // Measured cost and failures.
+  std::uint64_t calls = 0;
+  double total_s = 0;  ///< time spent in snapshot + collect + handle
+  std::uint64_t errors = 0;
+  unsigned consecutive_errors = 0;
+  std::string last_error;
+};
+
+class Engine {
+ public:
+  /// Everything that can be wrong with the configuration is reported here (Errc::config), before
+  /// anything is sampled or started. A collector that cannot work on this node is not an error:
+  /// its state is `unavailable`.
+  static Result<std::unique_ptr<Engine>> create(const Config& cfg, EngineOptions opts,
+                                                const Registry& registry);
+  ~Engine();
+
+  struct Tick {
+    TickContext ctx;
+    std::array<std::vector<double>, kNumLevels> rows;  ///< indexed by level_index
+  };
+
+  /// Samples now and returns the rows of every active level.
+  const Tick& tick();
+
+  void set_target_pid(int pid);
+  const std::vector<Level>& levels() const { return levels_; }
+  bool active(Level l) const { return active_[level_index(l)]; }
+  const std::vector<std::string>& columns(Level l) const { return columns_[level_index(l)]; }
+  const NodeInfo& node_info() const { return node_; }
+  const TargetInfo& target() const { return opts_.target; }
+  const std::vector<CollectorSlot>& collectors() const { return slots_; }
+  double interval_s() const { return interval_s_; }
+  std::uint64_t ticks() const { return ticks_; }
+  /// CPU-less wall time spent in the /proc scan, summed over ticks.
+  double scan_s() const { return scan_s_; }
+  const ProcSnapshot& procs() const { return scanner_->last(); }
+  ProcScanner& scanner() { return *scanner_; }
+
+ private:
+  Engine() = default;
+  void warn(const std::string& msg) const;
+  void record_failure(CollectorSlot& slot, const std::string& message);
+
+  EngineOptions opts_;
+  double interval_s_ = 0.5;
+  std::vector<Level> levels_;
+  std::array<bool, kNumLevels> active_{};
+  NodeInfo node_;
+  std::vector<CollectorSlot> slots_;
+  std::array<std::vector<std::string>, kNumLevels> columns_;
+  std::unique_ptr<ProcScanner> scanner_;
+  Tick tick_;
+  std::uint64_t ticks_ = 0;
+  double prev_time_s_ = -1;
+  double scan_s_ = 0;
+};
+
+/// Clocks used by the engine, in seconds.
+double monotonic_now();
+double wallclock_now();
+double boottime_now();
+
+}  // namespace sonde

@@ -1,0 +1,49 @@
+#pragma once
+// What the node and the target may use: CPUs, memory limits per level, GPUs. Discovered once at
+// start from /proc and /sys (through Roots) and injected into collectors that ask for node_info.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/fs.hpp"
+#include "core/level.hpp"
+#include "core/result.hpp"
+
+namespace sonde {
+
+struct NodeInfo {
+  std::string hostname;
+  std::string kernel;              ///< uname release
+  int num_system_cpus = 0;         ///< cpuN lines of /proc/stat
+  std::vector<int> system_cpu_ids; ///< ids of those lines, in order
+  std::vector<int> cpu_handles;    ///< CPUs the target may run on (affinity), sorted
+  double num_cpus = 0;             ///< CPUs available to the target: min(affinity, cgroup quota)
+  std::optional<double> cpu_quota; ///< cgroup cpu.max / cfs quota in CPUs, when limited
+  std::uint64_t mem_total_bytes = 0;
+  /// Memory limit per level in bytes (index: level_index); MemTotal when nothing smaller applies.
+  std::array<std::uint64_t, kNumLevels> memory_limit_bytes{};
+  /// Where each limit came from, e.g. "cgroup v2 memory.max /sys/fs/cgroup/x", "MemTotal".
+  std::array<std::string, kNumLevels> memory_limit_source{};
+  // GPUs: filled by GPU discovery before collectors that inject node_info are built.
+  int num_gpus = 0;
+  std::string gpu_name;
+  double gpu_memory_gib = 0;
+};
+
+/// What is known about the target before sampling starts.
+struct TargetInfo {
+  int pid = 0;                         ///< 0 when there is no target (system only)
+  std::uint32_t uid = 0;               ///< real uid of the target (or of sonde without target)
+  std::optional<std::string> slurm_job;  ///< SLURM_JOB_ID from the target's environment
+};
+
+/// Discovers node info and limits for `target` (pid 0: sonde itself is used for affinity and
+/// limits). Never fails for a missing optional file: the limit falls back as DESIGN.md says.
+Result<NodeInfo> discover_node_info(const Roots& roots, const TargetInfo& target);
+
+/// Reads the target's uid and SLURM_JOB_ID from /proc/<pid>/{status,environ}.
+Result<TargetInfo> discover_target(const Roots& roots, int pid);
+
+}  // namespace sonde

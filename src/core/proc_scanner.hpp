@@ -1,0 +1,114 @@
+#pragma once
+// One scan of /proc per tick. Builds the pid set of each level and a per-pid sample for the pids
+// that belong to a non-system level. Keeps /proc/<pid>/{stat,io} open across ticks and re-reads
+// them with pread at offset 0; reads a pid's status/environ only once, when it first appears.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/fs.hpp"
+#include "core/level.hpp"
+#include "core/node_info.hpp"
+#include "core/procfs.hpp"
+
+namespace sonde {
+
+/// What the collectors need from the scan (the union over enabled collectors).
+struct ScanNeeds {
+  bool io = false;       ///< /proc/<pid>/io for level members
+  bool threads = false;  ///< per-thread CPU placement of busy multi-threaded members
+};
+
+/// CPU time of one pid spent on one CPU during the last interval.
+struct CpuShare {
+  int cpu = -1;
+  double seconds = 0;
+};
+
+/// One pid of a non-system level, as seen at this tick.
+struct PidSample {
+  int pid = 0;
+  int ppid = 0;
+  std::uint32_t uid = 0;
+  std::uint64_t starttime_ticks = 0;
+  const std::string* comm = nullptr;  ///< owned by the scanner; valid until the next scan
+  double cpu_s = 0;                   ///< utime + stime, seconds
+  double child_cpu_s = 0;             ///< cutime + cstime (waited-for children), seconds
+  double cpu_delta_s = 0;             ///< own CPU since the previous tick (whole life if born since)
+  double child_cpu_delta_s = 0;       ///< growth of child_cpu_s since the previous tick
+  std::uint64_t rss_bytes = 0;
+  bool io_valid = false;              ///< /proc/<pid>/io could be read
+  procfs::PidIo io;                   ///< cumulative counters
+  procfs::PidIo io_delta;             ///< growth since the previous tick (whole life if born since)
+  int processor = -1;
+  long num_threads = 0;
+  std::uint8_t level_mask = 0;        ///< bit (1 << level_index) per non-system level
+  std::uint32_t share_begin = 0, share_end = 0;  ///< range in ProcSnapshot::shares
+  bool in(Level l) const { return (level_mask >> level_index(l)) & 1u; }
+};
+
+/// A member pid that was present at the previous tick and is gone now.
+struct VanishedPid {
+  int pid = 0;
+  int ppid = 0;
+  double last_total_cpu_s = 0;  ///< cpu_s + child_cpu_s when last seen
+  std::uint8_t level_mask = 0;
+};
+
+struct ProcSnapshot {
+  std::vector<PidSample> pids;                            ///< members of non-system levels
+  std::array<std::vector<std::uint32_t>, kNumLevels> members;  ///< indices into pids per level
+  std::vector<VanishedPid> vanished;
+  std::vector<CpuShare> shares;                           ///< see PidSample::share_begin
+  std::size_t total_pids = 0;                             ///< every pid on the node
+  bool target_alive = false;
+  /// Pids whose files could not be kept open (open-file limit) and were opened per tick.
+  std::size_t reopened_per_tick = 0;
+};
+
+class ProcScanner {
+ public:
+  ProcScanner(Roots roots, TargetInfo target, std::array<bool, kNumLevels> active, ScanNeeds needs);
+  ~ProcScanner();
+  ProcScanner(const ProcScanner&) = delete;
+  ProcScanner& operator=(const ProcScanner&) = delete;
+
+  /// Changes the root of the process level (e.g. after `sonde run` spawned its child).
+  void set_target_pid(int pid);
+  /// Upper bound on files kept open; beyond it files are opened and closed per tick.
+  void set_fd_budget(std::size_t n) { fd_budget_ = n; }
+  std::size_t fds_open() const { return fds_open_; }
+
+  /// Scans /proc once. `boottime_s` is CLOCK_BOOTTIME now, used to tell pids born since the
+  /// previous scan (whose whole life counts) from pids first seen for another reason.
+  const ProcSnapshot& scan(double boottime_s);
+  const ProcSnapshot& last() const { return snap_; }
+
+ private:
+  struct Entry;
+  bool discover(int pid, Entry& e);
+  bool refresh(int pid, Entry& e, double prev_boottime_s, PidSample& out);
+  void read_threads(int pid, Entry& e, PidSample& s);
+
+  Roots roots_;
+  TargetInfo target_;
+  std::array<bool, kNumLevels> active_;
+  ScanNeeds needs_;
+  std::unordered_map<int, std::unique_ptr<Entry>> entries_;
+  std::vector<int> listing_;
+  std::string buf_;
+  ProcSnapshot snap_;
+  std::uint64_t generation_ = 0;
+  double prev_boottime_s_ = -1;
+  double clk_tck_;
+  std::uint64_t page_size_;
+  std::size_t fd_budget_ = 1024;
+  std::size_t fds_open_ = 0;
+  int proc_dir_fd_ = -1;
+};
+
+}  // namespace sonde

@@ -1,0 +1,56 @@
+#pragma once
+// Running statistics of a run (constant memory, whatever its length) and the end-of-run summary
+// with bottleneck tags.
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/engine.hpp"
+
+namespace sonde {
+
+/// Per level and column: count of measured values, sum, min, max, and the time integral
+/// Σ value·dt (each value covers the interval that ends at its tick).
+class RunStats {
+ public:
+  explicit RunStats(const Engine& engine);
+  void add(const Engine::Tick& tick);
+
+  struct Column {
+    std::uint64_t count = 0;
+    double sum = 0, min = 0, max = 0, integral = 0;
+    std::optional<double> mean() const {
+      return count ? std::optional<double>(sum / static_cast<double>(count)) : std::nullopt;
+    }
+  };
+  /// nullptr when the column does not exist at the level.
+  const Column* find(Level level, const std::string& column) const;
+  std::uint64_t ticks() const { return ticks_; }
+
+ private:
+  const Engine& engine_;
+  std::array<std::vector<Column>, kNumLevels> columns_;
+  std::uint64_t ticks_ = 0;
+};
+
+/// What the program did, as far as sonde knows it.
+struct RunOutcome {
+  std::vector<std::string> command;
+  std::optional<int> exit_status;  ///< 128+N when killed by signal N
+  double wall_s = 0;
+  std::optional<double> user_cpu_s, system_cpu_s;  ///< from wait4, when sonde started the program
+  std::string run_dir;
+};
+
+/// The summary as JSON (keys: command, exit_status, wall_s, user_cpu_s, system_cpu_s,
+/// cpu_mean_cores, cpu_peak_cores, memory_peak_gib, memory_limit_gib, read_bytes,
+/// written_bytes, net_sent_bytes, net_recv_bytes, tags, level, run_dir, ticks).
+nlohmann::json summary_json(const Engine& engine, const RunStats& stats, const RunOutcome& outcome);
+
+/// The same, as text for a terminal.
+std::string summary_text(const nlohmann::json& summary);
+
+}  // namespace sonde

@@ -1,0 +1,147 @@
+#include "sinks/csv_run_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "sinks/format.hpp"
+
+namespace sonde {
+namespace {
+bool write_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    const ssize_t n = ::write(fd, s.data(), s.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+}  // namespace
+
+std::string RunDirSink::default_dir(const std::string& parent,
+                                    const std::vector<std::string>& command) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  std::string name = command.empty() ? std::string("system")
+                                     : std::filesystem::path(command[0]).filename().string();
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
+  std::string base = fmt::format("{}/{}-{}", parent, stamp, name);
+  std::string dir = base;
+  for (int i = 2; std::filesystem::exists(dir); ++i) dir = fmt::format("{}-{}", base, i);
+  return dir;
+}
+
+Result<std::unique_ptr<RunDirSink>> RunDirSink::create(const std::string& dir, const Engine& engine,
+                                                       nlohmann::json meta) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return make_error(Errc::io, fmt::format("cannot create run directory {}: {}", dir, ec.message()));
+  if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json"))
+    return make_error(Errc::config,
+                      fmt::format("{} already holds a run (manifest.json); choose another --out", dir));
+  std::unique_ptr<RunDirSink> s(new RunDirSink());
+  s->engine_ = &engine;
+  s->dir_ = dir;
+  s->manifest_ = std::move(meta);
+  s->manifest_["sonde_version"] = SONDE_VERSION;
+  s->manifest_["host"] = engine.node_info().hostname;
+  s->manifest_["kernel"] = engine.node_info().kernel;
+  s->manifest_["interval"] = engine.interval_s();
+  s->manifest_["levels"] = levels_json(engine);
+  s->manifest_["columns_by_level"] = columns_by_level_json(engine);
+  s->manifest_["node_info"] = node_info_json(engine);
+  s->manifest_["end_wallclock"] = nullptr;
+  s->manifest_["exit_status"] = nullptr;
+  s->manifest_["complete"] = false;
+  s->manifest_["ticks"] = 0;
+  nlohmann::json files = nlohmann::json::object();
+  for (Level l : engine.levels()) {
+    const std::string name = fmt::format("perf_{}.csv", level_name(l));
+    const std::string path = dir + "/" + name;
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return make_error(Errc::io, fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+    s->fds_[level_index(l)] = fd;
+    std::string header = "time,wallclock";
+    for (const auto& c : engine.columns(l)) header += "," + c;
+    header += "\n";
+    if (!write_all(fd, header))
+      return make_error(Errc::io, fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+    files[std::string(level_name(l))] = name;
+  }
+  s->manifest_["files"] = files;
+  if (auto ok = s->write_manifest(); !ok) return ok.error();
+  return s;
+}
+
+RunDirSink::~RunDirSink() {
+  for (int fd : fds_)
+    if (fd >= 0) ::close(fd);
+}
+
+Result<void> RunDirSink::write_manifest() {
+  return write_file_atomic(dir_ + "/manifest.json", manifest_.dump(2) + "\n");
+}
+
+void RunDirSink::update(const std::string& key, nlohmann::json value) {
+  manifest_[key] = std::move(value);
+  if (auto ok = write_manifest(); !ok) std::cerr << "sonde: error: " << ok.error().message << "\n";
+}
+
+void RunDirSink::write(const Engine::Tick& tick) {
+  if (failed_) return;
+  for (Level l : engine_->levels()) {
+    line_.clear();
+    append_number(line_, tick.ctx.time_s, "");
+    line_ += ',';
+    fmt::format_to(std::back_inserter(line_), "{:.6f}", tick.ctx.wallclock_s);
+    for (double v : tick.rows[level_index(l)]) {
+      line_ += ',';
+      append_number(line_, v, "");
+    }
+    line_ += '\n';
+    if (!write_all(fds_[level_index(l)], line_)) {
+      failed_ = true;
+      std::cerr << fmt::format(
+          "sonde: error: writing perf_{}.csv in {} failed: {}; no more rows are written, the "
+          "program keeps running and the rows already written stay valid\n",
+          level_name(l), dir_, std::strerror(errno));
+      return;
+    }
+  }
+}
+
+void RunDirSink::finish(const RunOutcome& outcome, const nlohmann::json& summary,
+                        std::uint64_t ticks, std::uint64_t ticks_missed) {
+  manifest_["end_wallclock"] = wallclock_now();
+  manifest_["exit_status"] = outcome.exit_status ? nlohmann::json(*outcome.exit_status) : nlohmann::json();
+  manifest_["complete"] = !failed_;
+  manifest_["ticks"] = ticks;
+  manifest_["ticks_missed"] = ticks_missed;
+  manifest_["summary"] = summary;
+  for (int& fd : fds_) {
+    if (fd >= 0) {
+      ::fsync(fd);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  if (auto ok = write_manifest(); !ok)
+    std::cerr << "sonde: error: " << ok.error().message << "\n";
+}
+
+}  // namespace sonde

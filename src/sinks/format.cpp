@@ -1,0 +1,52 @@
+#include "sinks/format.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace sonde {
+
+void append_number(std::string& out, double v, std::string_view nan_text) {
+  if (!std::isfinite(v)) {
+    out += nan_text;
+    return;
+  }
+  fmt::format_to(std::back_inserter(out), "{:.10g}", v);
+}
+
+nlohmann::json columns_by_level_json(const Engine& engine) {
+  nlohmann::json j = nlohmann::json::object();
+  for (Level l : engine.levels()) j[std::string(level_name(l))] = engine.columns(l);
+  return j;
+}
+
+nlohmann::json levels_json(const Engine& engine) {
+  nlohmann::json j = nlohmann::json::array();
+  for (Level l : engine.levels()) j.push_back(std::string(level_name(l)));
+  return j;
+}
+
+nlohmann::json node_info_json(const Engine& engine) {
+  const NodeInfo& n = engine.node_info();
+  nlohmann::json j;
+  j["hostname"] = n.hostname;
+  j["kernel"] = n.kernel;
+  j["num_cpus"] = n.num_cpus;
+  j["num_system_cpus"] = n.num_system_cpus;
+  j["cpu_handles"] = n.cpu_handles;
+  j["cpu_quota"] = n.cpu_quota ? nlohmann::json(*n.cpu_quota) : nlohmann::json();
+  j["mem_total_bytes"] = n.mem_total_bytes;
+  nlohmann::json limits = nlohmann::json::object(), sources = nlohmann::json::object();
+  for (Level l : kAllLevels) {
+    limits[std::string(level_name(l))] = n.memory_limit_bytes[level_index(l)];
+    sources[std::string(level_name(l))] = n.memory_limit_source[level_index(l)];
+  }
+  j["memory_limits"] = limits;
+  j["memory_limit_sources"] = sources;
+  j["num_gpus"] = n.num_gpus;
+  j["gpu_name"] = n.gpu_name;
+  j["gpu_memory_gib"] = n.gpu_memory_gib;
+  return j;
+}
+
+}  // namespace sonde

@@ -1,0 +1,24 @@
+#pragma once
+// Shared pieces of the outputs: numbers, the description of a run's columns and node.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/engine.hpp"
+
+namespace sonde {
+
+/// Appends a number as CSV/JSON text (10 significant digits); NaN/Inf append `nan_text`.
+void append_number(std::string& out, double v, std::string_view nan_text);
+
+/// {"process": ["cpu_util_0", …], …} for the active levels (without time/wallclock).
+nlohmann::json columns_by_level_json(const Engine& engine);
+
+/// Node info and limits: num_cpus, num_system_cpus, cpu_handles, cpu_quota, memory_limits
+/// (bytes per level) and their sources, mem_total_bytes, GPU count/name/memory.
+nlohmann::json node_info_json(const Engine& engine);
+
+/// The active levels' names.
+nlohmann::json levels_json(const Engine& engine);
+
+}  // namespace sonde

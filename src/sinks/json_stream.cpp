@@ -1,0 +1,77 @@
+#include "sinks/json_stream.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "sinks/format.hpp"
+
+namespace sonde {
+
+bool JsonStreamSink::emit(std::string_view s) {
+  while (!s.empty()) {
+    const ssize_t n = ::write(fd_, s.data(), s.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+bool JsonStreamSink::ready(const Engine& engine) {
+  const NodeInfo& n = engine.node_info();
+  nlohmann::json j;
+  j["status"] = "ready";
+  j["pid"] = engine.target().pid;
+  // JUmPER expects whole CPUs here; a fractional quota is in node_info.cpu_quota.
+  if (std::floor(n.num_cpus) == n.num_cpus)
+    j["num_cpus"] = static_cast<long>(n.num_cpus);
+  else
+    j["num_cpus"] = n.num_cpus;
+  j["num_system_cpus"] = n.num_system_cpus;
+  j["num_gpus"] = n.num_gpus;
+  j["gpu_memory"] = n.gpu_memory_gib;
+  j["gpu_name"] = n.gpu_name;
+  nlohmann::json limits = nlohmann::json::object();
+  for (Level l : engine.levels())
+    limits[std::string(level_name(l))] =
+        static_cast<double>(n.memory_limit_bytes[level_index(l)]) / (1024.0 * 1024.0 * 1024.0);
+  j["memory_limits"] = limits;
+  j["cpu_handles"] = n.cpu_handles;
+  j["levels"] = levels_json(engine);
+  j["columns_by_level"] = columns_by_level_json(engine);
+  j["interval"] = engine.interval_s();
+  j["node_info"] = node_info_json(engine);
+  return emit(j.dump() + "\n");
+}
+
+void JsonStreamSink::error(int fd, const std::string& message) {
+  JsonStreamSink s(fd);
+  (void)s.emit(nlohmann::json{{"status", "error"}, {"message", message}}.dump() + "\n");
+}
+
+bool JsonStreamSink::write(const Engine& engine, const Engine::Tick& tick) {
+  line_.clear();
+  for (Level l : engine.levels()) {
+    const auto& cols = engine.columns(l);
+    const auto& row = tick.rows[level_index(l)];
+    fmt::format_to(std::back_inserter(line_), "{{\"level\":\"{}\",\"wallclock\":{:.6f},\"sample\":{{\"time\":",
+                   level_name(l), tick.ctx.wallclock_s);
+    append_number(line_, tick.ctx.time_s, "null");
+    for (std::size_t i = 0; i < cols.size(); ++i) {
+      line_ += ",\"";
+      line_ += cols[i];  // column names are validated identifiers: no escaping needed
+      line_ += "\":";
+      append_number(line_, row[i], "null");
+    }
+    line_ += "}}\n";
+  }
+  return emit(line_);
+}
+
+}  // namespace sonde

@@ -1,0 +1,98 @@
+// `sonde record`: attach to a running pid, record the system for a duration, and leave a valid
+// run directory behind even when killed with SIGKILL.
+#include <signal.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/run_helpers.hpp"
+
+namespace sonde::test {
+namespace {
+
+std::size_t complete_lines(const fs::path& path) {
+  const std::string text = read_file(path);
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+TEST(Record, SigkillLeavesAValidRunDirectory) {
+  const fs::path dir = scratch_dir();
+  const fs::path out = dir / "out";
+  BackgroundProcess sonde(
+      {sonde_binary(), "record", "--system", "--interval", "0.05", "--out", out.string()});
+  sleep_for(1.5);
+  // On a slow machine give it more time to write its rows; this bounds the test, not sonde.
+  for (int i = 0; i < 200 && sonde.running(); ++i) {
+    std::error_code ec;
+    bool enough = false;
+    if (fs::exists(out)) {
+      for (const auto& entry : fs::recursive_directory_iterator(out, ec))
+        if (entry.path().filename() == "perf_system.csv" && complete_lines(entry.path()) >= 11)
+          enough = true;
+    }
+    if (enough) break;
+    sonde.poll();
+    sleep_for(0.1);
+  }
+  ASSERT_TRUE(sonde.running()) << "sonde record exited by itself: status " << *sonde.poll()
+                               << "; stderr: " << sonde.err();
+  sonde.signal(SIGKILL);
+  const std::optional<int> status = sonde.wait(30);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(*status, 128 + SIGKILL);
+
+  const fs::path run = run_dir(out);
+  const CsvTable table = read_csv(run / "perf_system.csv", {.allow_incomplete_last_line = true});
+  ASSERT_GE(table.header.size(), 3u);
+  EXPECT_EQ(table.header[0], "time");
+  EXPECT_EQ(table.header[1], "wallclock");
+  EXPECT_GE(table.rows.size(), 10u);
+
+  const nlohmann::json manifest = read_json(run / "manifest.json");
+  ASSERT_TRUE(manifest.contains("complete")) << manifest.dump(2);
+  EXPECT_EQ(manifest.at("complete"), false) << manifest.dump(2);
+}
+
+TEST(Record, PidEndsWhenTheProcessExits) {
+  BackgroundProcess burn({workload_binary(), "burn", "2"});
+  const fs::path dir = scratch_dir();
+  BackgroundProcess sonde({sonde_binary(), "record", "--pid", std::to_string(burn.pid()),
+                           "--duration", "60", "--out", (dir / "out").string()});
+  // Reap the workload as soon as it exits (a zombie child of ours would still be in /proc), and
+  // wait for sonde, which must stop well before its 60 s duration.
+  std::optional<int> status;
+  for (int i = 0; i < 450 && !status; ++i) {
+    burn.poll();
+    status = sonde.wait(0.1);
+  }
+  ASSERT_TRUE(status.has_value()) << "sonde record --pid did not exit after the pid did";
+  EXPECT_EQ(burn.poll(), std::optional<int>(0));
+  EXPECT_EQ(*status, 0) << "stderr: " << sonde.err();
+
+  const fs::path run = run_dir(dir / "out");
+  const CsvTable table = read_csv(run / "perf_process.csv");
+  EXPECT_FALSE(table.rows.empty());
+  const nlohmann::json manifest = read_json(run / "manifest.json");
+  EXPECT_EQ(manifest.at("target_pid"), burn.pid());
+  EXPECT_EQ(manifest.at("complete"), true);
+}
+
+TEST(Record, SystemForADuration) {
+  const fs::path dir = scratch_dir();
+  const RunResult r = run_command(
+      {sonde_binary(), "record", "--system", "--duration", "1", "--out", (dir / "out").string()},
+      {{}, {}, 60});
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const fs::path run = run_dir(dir / "out");
+  const CsvTable table = read_csv(run / "perf_system.csv");
+  EXPECT_FALSE(table.rows.empty());
+  const nlohmann::json manifest = read_json(run / "manifest.json");
+  EXPECT_EQ(manifest.at("complete"), true);
+  EXPECT_FALSE(manifest.at("end_wallclock").is_null());
+}
+
+}  // namespace
+}  // namespace sonde::test

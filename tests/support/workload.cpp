@@ -1,0 +1,293 @@
+// sonde-test-workload: a small program with known behaviour for the integration tests. It uses
+// only libc and the standard library (no sonde code), so that what it does is easy to check.
+//
+// Modes (argv):
+//   burn SECONDS          spin one thread until the process used SECONDS of CPU time
+//   hold MIB SECONDS      allocate and touch MIB MiB, print "ready", sleep SECONDS
+//   outsider MIB SECONDS  same as hold (a same-uid process outside the monitored tree)
+//   write MIB PATH        sleep 0.5 s, write MIB MiB to PATH in 1 MiB chunks, fsync, sleep 0.5 s
+//   spawn N MS            sleep 0.3 s, fork N children one after the other, each burning MS ms
+//                         of its own CPU time, sleep 0.3 s
+//   exit CODE             exit with CODE
+//   kill SIGNUM           raise SIGNUM on itself with the default action
+//   sleep SECONDS         sleep
+//   trap FILE SECONDS     on SIGINT/SIGTERM/SIGHUP append "INT"/"TERM"/"HUP" and a newline to
+//                         FILE, then exit 100+signum (of the first signal) after a short grace
+//                         period that records duplicates; exit 0 if no signal came in SECONDS.
+//                         Prints "ready" once the handlers are installed.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace {
+
+constexpr int kUsageExit = 2;
+constexpr std::size_t kMiB = 1024 * 1024;
+
+int usage(const char* argv0, const char* why) {
+  std::fprintf(stderr,
+               "%s: %s\n"
+               "usage: %s MODE ARGS...\n"
+               "  burn SECONDS          spin on CPU for SECONDS of process CPU time\n"
+               "  hold MIB SECONDS      allocate and touch MIB MiB, sleep SECONDS\n"
+               "  outsider MIB SECONDS  same as hold\n"
+               "  write MIB PATH        write MIB MiB to PATH (1 MiB chunks), fsync\n"
+               "  spawn N MS            fork N children in turn, each burning MS ms of CPU\n"
+               "  exit CODE             exit with CODE (0..255)\n"
+               "  kill SIGNUM           raise SIGNUM on itself\n"
+               "  sleep SECONDS         sleep SECONDS\n"
+               "  trap FILE SECONDS     record SIGINT/SIGTERM/SIGHUP in FILE, exit 100+signum\n",
+               argv0, why, argv0);
+  return kUsageExit;
+}
+
+std::optional<double> parse_seconds(std::string_view s) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v) || v < 0)
+    return std::nullopt;
+  return v;
+}
+
+std::optional<long> parse_int(std::string_view s, long lo, long hi) {
+  long v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+double clock_s(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Sleeps for the whole duration even when signal handlers interrupt nanosleep.
+void sleep_s(double seconds) {
+  const double until = clock_s(CLOCK_MONOTONIC) + seconds;
+  for (;;) {
+    const double left = until - clock_s(CLOCK_MONOTONIC);
+    if (left <= 0) return;
+    timespec ts{};
+    ts.tv_sec = static_cast<time_t>(left);
+    ts.tv_nsec = static_cast<long>((left - static_cast<double>(ts.tv_sec)) * 1e9);
+    nanosleep(&ts, nullptr);
+  }
+}
+
+// Spins until this process has used `seconds` of CPU time (a fresh child starts at 0).
+void burn_cpu(double seconds) {
+  const double start = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+  volatile std::uint64_t sink = 0;
+  while (clock_s(CLOCK_PROCESS_CPUTIME_ID) - start < seconds) {
+    for (int i = 0; i < 10000; ++i) sink = sink * 6364136223846793005ULL + 1442695040888963407ULL;
+  }
+}
+
+void say_ready() {
+  std::fputs("ready\n", stdout);
+  std::fflush(stdout);
+}
+
+int mode_burn(double seconds) {
+  burn_cpu(seconds);
+  return 0;
+}
+
+int mode_hold(long mib, double seconds) {
+  const std::size_t bytes = static_cast<std::size_t>(mib) * kMiB;
+  void* mem = bytes
+                  ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                  : nullptr;
+  if (mem == MAP_FAILED) {
+    std::fprintf(stderr, "workload: mmap of %ld MiB failed: %s\n", mib, std::strerror(errno));
+    return 1;
+  }
+  if (bytes) std::memset(mem, 0x5a, bytes);
+  say_ready();
+  sleep_s(seconds);
+  if (bytes) {
+    // Read the memory back so that nothing can treat the pages as unused.
+    volatile unsigned char check = static_cast<unsigned char*>(mem)[bytes - 1];
+    (void)check;
+    munmap(mem, bytes);
+  }
+  return 0;
+}
+
+int mode_write(long mib, const char* path) {
+  sleep_s(0.5);
+  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    std::fprintf(stderr, "workload: cannot open %s: %s\n", path, std::strerror(errno));
+    return 1;
+  }
+  std::string chunk(kMiB, 'w');
+  for (long i = 0; i < mib; ++i) {
+    std::size_t done = 0;
+    while (done < chunk.size()) {
+      const ssize_t n = write(fd, chunk.data() + done, chunk.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        std::fprintf(stderr, "workload: write to %s failed: %s\n", path, std::strerror(errno));
+        close(fd);
+        return 1;
+      }
+      done += static_cast<std::size_t>(n);
+    }
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    std::fprintf(stderr, "workload: fsync/close of %s failed: %s\n", path, std::strerror(errno));
+    return 1;
+  }
+  sleep_s(0.5);
+  return 0;
+}
+
+int mode_spawn(long n, long ms) {
+  sleep_s(0.3);
+  for (long i = 0; i < n; ++i) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::fprintf(stderr, "workload: fork failed: %s\n", std::strerror(errno));
+      return 1;
+    }
+    if (pid == 0) {
+      burn_cpu(static_cast<double>(ms) / 1000.0);
+      _exit(0);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "workload: child %d failed (status %d)\n", static_cast<int>(pid),
+                   status);
+      return 1;
+    }
+  }
+  sleep_s(0.3);
+  return 0;
+}
+
+int mode_kill(long signum) {
+  // No core files from the test suite.
+  rlimit no_core{0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+  const int sig = static_cast<int>(signum);
+  signal(sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  raise(sig);
+  std::fprintf(stderr, "workload: signal %d did not terminate the process\n", sig);
+  return 1;
+}
+
+// State of the trap mode, touched by the signal handler (async-signal-safe only).
+volatile sig_atomic_t g_first_signal = 0;
+int g_trap_fd = -1;
+
+void trap_handler(int sig) {
+  const char* name = sig == SIGINT ? "INT\n" : sig == SIGTERM ? "TERM\n" : "HUP\n";
+  const int saved = errno;
+  (void)!write(g_trap_fd, name, std::strlen(name));
+  errno = saved;
+  if (g_first_signal == 0) g_first_signal = sig;
+}
+
+int mode_trap(const char* path, double seconds) {
+  g_trap_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (g_trap_fd < 0) {
+    std::fprintf(stderr, "workload: cannot open %s: %s\n", path, std::strerror(errno));
+    return 1;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = trap_handler;
+  sigfillset(&sa.sa_mask);  // one handler at a time: lines never interleave
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  say_ready();
+
+  const double deadline = clock_s(CLOCK_MONOTONIC) + seconds;
+  while (g_first_signal == 0 && clock_s(CLOCK_MONOTONIC) < deadline) {
+    timespec ts{0, 10'000'000};
+    nanosleep(&ts, nullptr);
+  }
+  if (g_first_signal == 0) return 0;
+  // Stay a little longer so that a duplicate delivery would be recorded too.
+  sleep_s(0.3);
+  close(g_trap_fd);
+  return 100 + g_first_signal;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* argv0 = argc > 0 ? argv[0] : "sonde-test-workload";
+  if (argc < 2) return usage(argv0, "missing MODE");
+  const std::string_view mode = argv[1];
+  auto want_args = [&](int n) { return argc == 2 + n; };
+
+  if (mode == "burn" && want_args(1)) {
+    const auto s = parse_seconds(argv[2]);
+    if (!s) return usage(argv0, "burn: SECONDS must be a non-negative number");
+    return mode_burn(*s);
+  }
+  if ((mode == "hold" || mode == "outsider") && want_args(2)) {
+    const auto mib = parse_int(argv[2], 0, 1L << 20);
+    const auto s = parse_seconds(argv[3]);
+    if (!mib || !s) return usage(argv0, "hold/outsider: expected MIB (integer) and SECONDS");
+    return mode_hold(*mib, *s);
+  }
+  if (mode == "write" && want_args(2)) {
+    const auto mib = parse_int(argv[2], 0, 1L << 20);
+    if (!mib || argv[3][0] == '\0') return usage(argv0, "write: expected MIB (integer) and PATH");
+    return mode_write(*mib, argv[3]);
+  }
+  if (mode == "spawn" && want_args(2)) {
+    const auto n = parse_int(argv[2], 0, 1'000'000);
+    const auto ms = parse_int(argv[3], 0, 3'600'000);
+    if (!n || !ms) return usage(argv0, "spawn: expected N and MS (integers)");
+    return mode_spawn(*n, *ms);
+  }
+  if (mode == "exit" && want_args(1)) {
+    const auto code = parse_int(argv[2], 0, 255);
+    if (!code) return usage(argv0, "exit: CODE must be an integer in 0..255");
+    return static_cast<int>(*code);
+  }
+  if (mode == "kill" && want_args(1)) {
+    const auto sig = parse_int(argv[2], 1, 64);
+    if (!sig) return usage(argv0, "kill: SIGNUM must be an integer in 1..64");
+    return mode_kill(*sig);
+  }
+  if (mode == "sleep" && want_args(1)) {
+    const auto s = parse_seconds(argv[2]);
+    if (!s) return usage(argv0, "sleep: SECONDS must be a non-negative number");
+    sleep_s(*s);
+    return 0;
+  }
+  if (mode == "trap" && want_args(2)) {
+    const auto s = parse_seconds(argv[3]);
+    if (argv[2][0] == '\0' || !s) return usage(argv0, "trap: expected FILE and SECONDS");
+    return mode_trap(argv[2], *s);
+  }
+  return usage(argv0, "unknown MODE or wrong number of arguments");
+}
