@@ -99,8 +99,17 @@ std::string summary_text(const nlohmann::json& s) {
     if (!s.contains(key) || s[key].is_null()) return std::nullopt;
     return s[key].get<double>();
   };
+  // The command on one line, shell-quoted where needed.
   std::string cmd;
-  for (const auto& a : s["command"]) cmd += (cmd.empty() ? "" : " ") + a.get<std::string>();
+  for (const auto& a : s["command"]) {
+    std::string arg = a.get<std::string>();
+    if (arg.find_first_of(" \t\n'\"$") != std::string::npos) {
+      std::string q = "'";
+      for (char c : arg) q += c == '\n' ? std::string("\\n") : c == '\'' ? std::string("'\\''") : std::string(1, c);
+      arg = q + "'";
+    }
+    cmd += (cmd.empty() ? "" : " ") + arg;
+  }
   std::string out = fmt::format("sonde summary ({} level, {} ticks)\n", s["level"].get<std::string>(),
                                 s["ticks"].get<std::uint64_t>());
   if (!cmd.empty()) out += fmt::format("  command      {}\n", cmd);

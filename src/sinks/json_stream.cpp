@@ -25,7 +25,7 @@ bool JsonStreamSink::emit(std::string_view s) {
 
 bool JsonStreamSink::ready(const Engine& engine) {
   const NodeInfo& n = engine.node_info();
-  nlohmann::json j;
+  nlohmann::ordered_json j;  // "status" first, as JUmPER's collector writes it
   j["status"] = "ready";
   j["pid"] = engine.target().pid;
   // JUmPER expects whole CPUs here; a fractional quota is in node_info.cpu_quota.
@@ -37,7 +37,7 @@ bool JsonStreamSink::ready(const Engine& engine) {
   j["num_gpus"] = n.num_gpus;
   j["gpu_memory"] = n.gpu_memory_gib;
   j["gpu_name"] = n.gpu_name;
-  nlohmann::json limits = nlohmann::json::object();
+  nlohmann::ordered_json limits = nlohmann::ordered_json::object();
   for (Level l : engine.levels())
     limits[std::string(level_name(l))] =
         static_cast<double>(n.memory_limit_bytes[level_index(l)]) / (1024.0 * 1024.0 * 1024.0);

@@ -31,20 +31,44 @@ std::vector<std::string> words(const std::string& line) {
   return out;
 }
 
-// The output line of collector `name` (named "name" or "sonde.collectors.name"): preferably one
-// that starts with it, otherwise the first that mentions it.
-std::optional<std::string> line_of(const std::string& output, const std::string& name) {
+std::size_t indent_of(const std::string& line) {
+  const auto first = line.find_first_not_of(" \t");
+  return first == std::string::npos ? line.size() : first;
+}
+
+// The part of the output about collector `name` (named "name" or "sonde.collectors.name"): the
+// line that starts with it (unindented preferred) and the lines indented below it. This fits a
+// one-line-per-collector table as well as one block per collector.
+std::optional<std::string> entry_of(const std::string& output, const std::string& name) {
   const std::string target = "sonde.collectors." + name;
-  auto is_name = [&](const std::string& w) { return w == name || w == target; };
-  std::optional<std::string> mention;
+  std::vector<std::string> lines;
   std::istringstream in(output);
-  std::string line;
-  while (std::getline(in, line)) {
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+
+  auto starts_with_name = [&](const std::string& line) {
     const auto w = words(line);
-    if (!w.empty() && is_name(w.front())) return line;
-    if (!mention && std::any_of(w.begin(), w.end(), is_name)) mention = line;
+    return !w.empty() && (w.front() == name || w.front() == target);
+  };
+  std::optional<std::size_t> start;
+  for (std::size_t i = 0; i < lines.size() && !start; ++i)
+    if (indent_of(lines[i]) == 0 && starts_with_name(lines[i])) start = i;
+  for (std::size_t i = 0; i < lines.size() && !start; ++i)
+    if (starts_with_name(lines[i])) start = i;
+  if (!start) return std::nullopt;
+
+  std::string entry = lines[*start];
+  const std::size_t base = indent_of(lines[*start]);
+  for (std::size_t i = *start + 1; i < lines.size(); ++i) {
+    if (lines[i].find_first_not_of(" \t") == std::string::npos || indent_of(lines[i]) <= base)
+      break;
+    entry += "\n" + lines[i];
   }
-  return mention;
+  return entry;
+}
+
+bool has_word(const std::string& text, const std::string& word) {
+  const auto w = words(text);
+  return std::find(w.begin(), w.end(), word) != w.end();
 }
 
 struct Builtin {
@@ -65,15 +89,14 @@ TEST(Collectors, ListsBuiltinsWithColumnsAndState) {
   const RunResult r = run_command({sonde_binary(), "collectors"}, {{}, {}, 60});
   ASSERT_EQ(r.status, 0) << r.describe();
   for (const Builtin& b : kBuiltins) {
-    const std::optional<std::string> line = line_of(r.out, b.name);
-    ASSERT_TRUE(line.has_value()) << "collector '" << b.name << "' not listed\n" << r.out;
-    const auto w = words(*line);
-    EXPECT_NE(std::find(w.begin(), w.end(), "ok"), w.end())
-        << "collector '" << b.name << "' is not in state ok: " << *line;
+    const std::optional<std::string> entry = entry_of(r.out, b.name);
+    ASSERT_TRUE(entry.has_value()) << "collector '" << b.name << "' not listed\n" << r.out;
+    EXPECT_TRUE(has_word(*entry, "ok")) << "collector '" << b.name << "' not in state ok:\n"
+                                        << *entry;
     for (const char* column : b.columns)
-      EXPECT_NE(r.out.find(column), std::string::npos)
-          << "column " << column << " of " << b.name << " not listed\n"
-          << r.out;
+      EXPECT_NE(entry->find(column), std::string::npos)
+          << "column " << column << " not listed for " << b.name << ":\n"
+          << *entry;
   }
 }
 
@@ -83,11 +106,9 @@ TEST(Collectors, TimingShowsACostPerCollector) {
   // A duration with a unit, e.g. "12.5 us", "0.03ms", "1.2 µs".
   const std::regex cost(R"(\d+(\.\d+)?\s*(ns|us|µs|ms|s)\b)");
   for (const Builtin& b : kBuiltins) {
-    const std::optional<std::string> line = line_of(r.out, b.name);
-    ASSERT_TRUE(line.has_value()) << "collector '" << b.name << "' not listed\n" << r.out;
-    EXPECT_TRUE(std::regex_search(*line, cost))
-        << "no cost on the line of '" << b.name << "': " << *line << "\n"
-        << r.out;
+    const std::optional<std::string> entry = entry_of(r.out, b.name);
+    ASSERT_TRUE(entry.has_value()) << "collector '" << b.name << "' not listed\n" << r.out;
+    EXPECT_TRUE(std::regex_search(*entry, cost)) << "no cost for '" << b.name << "':\n" << *entry;
   }
 }
 

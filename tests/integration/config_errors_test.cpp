@@ -2,6 +2,7 @@
 // `sonde config check` and by `sonde run`, which then starts nothing.
 #include <cctype>
 #include <fstream>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,10 @@ struct BadConfig {
   int line;                           ///< 1-based line that the message must name
   std::vector<const char*> mentions;  ///< substrings the message must contain
 };
+
+void PrintTo(const BadConfig& c, std::ostream* os) {
+  *os << c.name;
+}
 
 const BadConfig kBadConfigs[] = {
     {"bad_yaml", "# a comment\ninterval: 0.5\nlevels: [process]]\n", 3, {}},

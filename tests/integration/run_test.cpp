@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,10 @@ struct ExitCase {
   int expected_status;
 };
 
+void PrintTo(const ExitCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
 class RunExitStatus : public ::testing::TestWithParam<ExitCase> {};
 
 TEST_P(RunExitStatus, IsThatOfTheProgram) {
@@ -164,6 +169,10 @@ struct SignalCase {
   int signum;
   const char* name;
 };
+
+void PrintTo(const SignalCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class RunForwardsSignal : public ::testing::TestWithParam<SignalCase> {};
 

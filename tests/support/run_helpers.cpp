@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -134,7 +135,8 @@ void drain_fds(int& out_fd, std::string& out, int& err_fd, std::string& err, int
     bufs[n++] = &err;
   }
   if (n == 0) {
-    if (timeout_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+    // Nothing to read: the caller is waiting for the process itself; poll it often.
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 5)));
     return;
   }
   const int ready = ::poll(fds, static_cast<nfds_t>(n), timeout_ms);
