@@ -64,7 +64,6 @@ collectors:
 
 constexpr double kMinIntervalS = 0.01;
 
-/// The built-in handlers and the arguments each one requires (all of them are required).
 /// What a handler argument must be, for "needs ..." messages.
 std::string_view arg_kind(std::string_view arg) {
   if (arg == "column") return "a column name";
@@ -73,6 +72,7 @@ std::string_view arg_kind(std::string_view arg) {
   return "a non-empty list of column names";
 }
 
+/// The built-in handlers and the arguments each one requires (all of them are required).
 struct HandlerInfo {
   std::string_view name;
   std::string_view args[2];

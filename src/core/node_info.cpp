@@ -15,6 +15,14 @@ std::string pid_dir(const Roots& roots, int pid) {
   return roots.proc + "/" + (pid == 0 ? std::string("self") : std::to_string(pid));
 }
 
+// The parsers name the file as "/proc/..."; point the message at the file actually read, which
+// differs under a fixture root.
+Error reroot(const Error& e, std::string_view generic_path, const std::string& actual_path) {
+  std::string msg = e.message;
+  if (msg.rfind(generic_path, 0) == 0) msg.replace(0, generic_path.size(), actual_path);
+  return make_error(e.code, std::move(msg));
+}
+
 std::string_view trim(std::string_view s) {
   constexpr std::string_view kSpace = " \t\n\r";
   const auto b = s.find_first_not_of(kSpace);
@@ -141,7 +149,7 @@ Result<NodeInfo> discover_node_info(const Roots& roots, const TargetInfo& target
   auto stat_text = read_file(stat_path);
   if (!stat_text) return stat_text.error();
   auto stat = procfs::parse_proc_stat(*stat_text);
-  if (!stat) return make_error(Errc::parse, stat_path + ": " + stat.error().message);
+  if (!stat) return reroot(stat.error(), "/proc/stat", stat_path);
   info.system_cpu_ids = stat->cpu_ids;
   info.num_system_cpus = static_cast<int>(stat->cpu_ids.size());
 
@@ -149,7 +157,7 @@ Result<NodeInfo> discover_node_info(const Roots& roots, const TargetInfo& target
   auto meminfo_text = read_file(meminfo_path);
   if (!meminfo_text) return meminfo_text.error();
   auto meminfo = procfs::parse_meminfo(*meminfo_text);
-  if (!meminfo) return make_error(Errc::parse, meminfo_path + ": " + meminfo.error().message);
+  if (!meminfo) return reroot(meminfo.error(), "/proc/meminfo", meminfo_path);
   if (!meminfo->total_bytes || *meminfo->total_bytes == 0)
     return make_error(Errc::parse, meminfo_path + ": expected a non-zero 'MemTotal:' line");
   info.mem_total_bytes = *meminfo->total_bytes;
@@ -250,7 +258,7 @@ Result<TargetInfo> discover_target(const Roots& roots, int pid) {
   auto status_text = read_file(status_path);
   if (!status_text) return status_text.error();
   auto status = procfs::parse_pid_status(*status_text);
-  if (!status) return make_error(Errc::parse, status_path + ": " + status.error().message);
+  if (!status) return reroot(status.error(), "/proc/<pid>/status", status_path);
   t.uid = status->uid_real;
   // Another user's environ is unreadable without privileges; the slurm level is then absent.
   if (auto env = read_file(dir + "/environ")) {

@@ -385,8 +385,8 @@ Result<std::vector<NetDev>> parse_net_dev(std::string_view text) {
   while (!text.empty()) {
     const std::string_view line = next_line(text);
     ++line_no;
-    // The two header lines are the only ones with '|'; interface names cannot contain it... nor
-    // ':', which is why the first ':' safely ends the name even when a counter touches it.
+    // Only the two header lines contain '|'. The kernel forbids ':' in interface names, so the
+    // first ':' ends the name even when a wide counter touches it ("eth0:123456789012").
     if (trim(line).empty() || line.find('|') != std::string_view::npos) continue;
     const auto colon = line.find(':');
     if (colon == std::string_view::npos)

@@ -67,8 +67,8 @@ TEST(Run, BurnIsMeasuredAsThreeCoreSeconds) {
       EXPECT_GE(v, 0.0) << per_core[c] << " at row " << row + 1;
       EXPECT_LE(v, 105.0) << per_core[c] << " at row " << row + 1;
     }
-    // Busy: at least half a core in use.
-    if (std::isnan(avg[row]) || avg[row] / 100.0 * num_cpus < 0.5) continue;
+    // Busy: at least a quarter of a core in use (the machine may be shared by other tests).
+    if (std::isnan(avg[row]) || avg[row] / 100.0 * num_cpus < 0.25) continue;
     ++busy_rows;
     bool differs = false;
     for (const auto& core : cores) {

@@ -276,6 +276,14 @@ TEST_F(NodeInfoMountRoot, MissingStatOrMeminfoIsAnError) {
   auto no_total = discover_node_info(roots(), TargetInfo{500, 0, {}});
   ASSERT_FALSE(no_total.ok());
   EXPECT_EQ(no_total.error().code, Errc::parse);
+  EXPECT_EQ(no_total.error().message,
+            (dir_ / "proc/meminfo").string() + ": expected a non-zero 'MemTotal:' line");
+  write("proc/meminfo", "MemTotal:  1000 kB\n");
+  write("proc/stat", "cpu0 1 2 3 4\n");
+  auto bad_stat = discover_node_info(roots(), TargetInfo{500, 0, {}});
+  ASSERT_FALSE(bad_stat.ok());
+  EXPECT_EQ(bad_stat.error().message,
+            (dir_ / "proc/stat").string() + ": expected a 'cpu' line, found none");
   fs::remove(dir_ / "proc/stat");
   auto no_stat = discover_node_info(roots(), TargetInfo{500, 0, {}});
   ASSERT_FALSE(no_stat.ok());

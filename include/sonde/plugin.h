@@ -1,0 +1,182 @@
+/* sonde native plugin ABI (plain C; usable from C and C++).
+ *
+ * A plugin is a shared library that exports one function, `sonde_plugin_entry`, returning a
+ * pointer to a const, static `sonde_plugin` table. The host checks `abi_major` (must equal
+ * SONDE_ABI_MAJOR) and `struct_size`, then asks for capabilities by id (SONDE_CAP_COLLECTOR gives a
+ * `sonde_collector_v1`). New hooks get new capability ids; existing structs never change, they only
+ * grow at the end (use `struct_size` to tell which fields exist), so an old plugin keeps working
+ * with a newer host of the same major version.
+ *
+ * Nothing but C types crosses the boundary: values are read through host functions
+ * (`sonde_host_api`) and written through host functions; a plugin must not throw or longjmp out of
+ * any function. Strings passed by the host are valid for the duration of the call only unless said
+ * otherwise. All functions of one collector instance are called from one thread at a time.
+ */
+#ifndef SONDE_PLUGIN_H
+#define SONDE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SONDE_ABI_MAJOR 1u
+#define SONDE_ABI_MINOR 0u
+
+/** Name of the exported entry function. */
+#define SONDE_PLUGIN_ENTRY_NAME "sonde_plugin_entry"
+
+/** Capability ids for sonde_plugin.capability(). */
+#define SONDE_CAP_COLLECTOR 1u
+
+/** Levels, as in DESIGN.md. */
+typedef enum sonde_level {
+  SONDE_LEVEL_PROCESS = 0,
+  SONDE_LEVEL_USER = 1,
+  SONDE_LEVEL_SLURM = 2,
+  SONDE_LEVEL_SYSTEM = 3
+} sonde_level;
+
+/** Opaque host objects. */
+typedef struct sonde_host sonde_host; /**< one collector instance's configuration */
+typedef struct sonde_tick sonde_tick; /**< one tick's context */
+typedef struct sonde_out sonde_out;   /**< where one collect call writes its raw value */
+
+/** One process of a level at this tick (from the engine's single /proc scan). */
+typedef struct sonde_pid_info {
+  uint32_t struct_size; /**< sizeof(sonde_pid_info) of the host */
+  int32_t pid;
+  int32_t ppid;
+  uint32_t uid;                  /**< real uid */
+  double cpu_s;                  /**< utime + stime, seconds */
+  double child_cpu_s;            /**< cutime + cstime, seconds */
+  double cpu_delta_s;            /**< own CPU seconds since the previous tick */
+  double child_cpu_delta_s;      /**< growth of child_cpu_s since the previous tick */
+  uint64_t rss_bytes;            /**< resident set size, bytes */
+  int32_t io_valid;              /**< 1 when the io fields below were readable */
+  int32_t processor;             /**< CPU last run on */
+  uint64_t read_bytes;           /**< storage bytes read, cumulative */
+  uint64_t write_bytes;          /**< storage bytes written, cumulative */
+  uint64_t syscr;                /**< read syscalls, cumulative */
+  uint64_t syscw;                /**< write syscalls, cumulative */
+  int64_t num_threads;
+  const char* comm;              /**< command name, valid during the call */
+} sonde_pid_info;
+
+/** What the node and the target may use (given only to collectors that inject node_info). */
+typedef struct sonde_node_info {
+  uint32_t struct_size;
+  int32_t num_system_cpus;
+  double num_cpus;                  /**< CPUs available to the target (affinity, cgroup quota) */
+  const int32_t* cpu_handles;       /**< CPU ids the target may run on */
+  size_t num_cpu_handles;
+  uint64_t mem_total_bytes;
+  uint64_t memory_limit_bytes[4];   /**< per sonde_level */
+  int32_t num_gpus;
+  const char* gpu_name;             /**< "" when there is no GPU */
+  double gpu_memory_gib;
+  const char* hostname;
+} sonde_node_info;
+
+/** Functions the host gives to a plugin. Valid for the life of the collector instance. */
+typedef struct sonde_host_api {
+  uint32_t struct_size; /**< sizeof(sonde_host_api) of the host */
+  uint32_t abi_minor;   /**< the host's SONDE_ABI_MINOR */
+
+  /* Keyword arguments of the collector's YAML entry. Return 1 when found, 0 when absent, -1 when
+   * present with another type. Strings stay valid for the life of the instance. */
+  int (*kwarg_string)(const sonde_host* host, const char* key, const char** value);
+  int (*kwarg_number)(const sonde_host* host, const char* key, double* value);
+  int (*kwarg_bool)(const sonde_host* host, const char* key, int* value);
+  /** Length of a list of strings, or -1 when absent or not such a list. */
+  int64_t (*kwarg_list_size)(const sonde_host* host, const char* key);
+  const char* (*kwarg_list_item)(const sonde_host* host, const char* key, size_t index);
+
+  /* Injected values (DESIGN.md "Injection"); only what the YAML entry's `inject` asked for. */
+  int (*injected)(const sonde_host* host, const char* key); /**< 1 when `key` was asked for */
+  const sonde_node_info* (*node_info)(const sonde_host* host); /**< NULL unless node_info */
+  int32_t (*target_pid)(const sonde_host* host);  /**< 0 without a target */
+  uint32_t (*target_uid)(const sonde_host* host);
+  const char* (*slurm_job)(const sonde_host* host); /**< NULL outside a Slurm job */
+  /** Writes a line to sonde's log, prefixed with the collector's name. severity: 0 info, 1 warning. */
+  void (*log)(const sonde_host* host, int severity, const char* message);
+
+  /* The tick's context. */
+  uint64_t (*tick_index)(const sonde_tick* tick);
+  double (*tick_time_s)(const sonde_tick* tick);      /**< CLOCK_MONOTONIC seconds */
+  double (*tick_wallclock_s)(const sonde_tick* tick); /**< epoch seconds */
+  double (*tick_dt_s)(const sonde_tick* tick);        /**< since the previous tick, 0 at the first */
+  size_t (*level_size)(const sonde_tick* tick, sonde_level level); /**< pids in the level */
+  /** The index-th pid of a level (not the system level: use total_pids). */
+  const sonde_pid_info* (*level_pid)(const sonde_tick* tick, sonde_level level, size_t index);
+  size_t (*total_pids)(const sonde_tick* tick); /**< every pid on the node */
+
+  /* The raw value of one collect call: call exactly one writer (the last call wins). */
+  void (*write_scalar)(sonde_out* out, double value);
+  void (*write_vector)(sonde_out* out, const double* values, size_t count);
+  /** `num_metrics` vectors of `count` values each, in the handler's metric order. */
+  void (*write_vectors)(sonde_out* out, const double* const* vectors, size_t num_metrics,
+                        size_t count);
+  void (*write_counters)(sonde_out* out, const double* values, size_t count);
+  void (*write_none)(sonde_out* out);
+  /** Marks this collect as failed: the tick's values are NaN and the failure is counted. */
+  void (*set_error)(sonde_out* out, const char* message);
+
+  void* reserved[16];
+} sonde_host_api;
+
+/** Capability SONDE_CAP_COLLECTOR. */
+typedef struct sonde_collector_v1 {
+  uint32_t struct_size; /**< sizeof(sonde_collector_v1) of the plugin */
+  /** YAML used when the plugin is found in a plugin directory without a `collectors:` entry,
+   * e.g. "{handler: {_target_: ScalarHandler, column: load1}, inject: []}". May be NULL. */
+  const char* default_entry_yaml;
+  /** Creates an instance. On failure returns NULL and writes why into err (the collector is then
+   * "unavailable", which is not an error of the run). */
+  void* (*create)(const sonde_host_api* api, const sonde_host* host, char* err, size_t err_size);
+  /** Entries of per-device values at a level (1 for scalars and counters); -1 when the collector
+   * has no value at this level. May be NULL: 1 at every level. */
+  int64_t (*devices)(void* self, sonde_level level);
+  /** Shared per-tick work, before this tick's collect calls. May be NULL. */
+  void (*snapshot)(void* self, const sonde_tick* tick);
+  /** Writes the raw value for one level through the api's writers. */
+  void (*collect)(void* self, sonde_level level, const sonde_tick* tick, sonde_out* out);
+  void (*destroy)(void* self);
+  void* reserved[8];
+} sonde_collector_v1;
+
+/** The table returned by the entry function. Static and const: the host never frees it. */
+typedef struct sonde_plugin {
+  uint32_t abi_major;   /**< SONDE_ABI_MAJOR the plugin was built with */
+  uint32_t abi_minor;   /**< SONDE_ABI_MINOR the plugin was built with */
+  uint32_t struct_size; /**< sizeof(sonde_plugin) of the plugin */
+  const char* name;     /**< short name, [A-Za-z0-9_-]+ */
+  const char* description;
+  int32_t priority;     /**< order of hooks; core is 0, lower runs first */
+  /** Returns the table for a capability id, or NULL when the plugin lacks it. */
+  const void* (*capability)(uint32_t id);
+  void* reserved[8];
+} sonde_plugin;
+
+typedef const sonde_plugin* (*sonde_plugin_entry_fn)(void);
+
+#if defined(__GNUC__)
+#define SONDE_PLUGIN_VISIBLE __attribute__((visibility("default")))
+#else
+#define SONDE_PLUGIN_VISIBLE
+#endif
+
+/** Declares the entry function: `SONDE_PLUGIN_EXPORT const sonde_plugin* sonde_plugin_entry(void)`. */
+#ifdef __cplusplus
+#define SONDE_PLUGIN_EXPORT extern "C" SONDE_PLUGIN_VISIBLE
+#else
+#define SONDE_PLUGIN_EXPORT SONDE_PLUGIN_VISIBLE
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SONDE_PLUGIN_H */
