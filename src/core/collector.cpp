@@ -17,6 +17,16 @@ const CollectorInfo* Registry::find(const std::string& target) const {
   return nullptr;
 }
 
+void Registry::add_factory(TargetFactory factory) { factories_.push_back(std::move(factory)); }
+
+const TargetFactory* Registry::find_factory(const std::string& target) const {
+  for (const auto& f : factories_) {
+    const bool exact = f.prefix.back() != ':';
+    if (exact ? target == f.prefix : target.rfind(f.prefix, 0) == 0) return &f;
+  }
+  return nullptr;
+}
+
 namespace {
 std::string_view type_name(ParamType t) {
   switch (t) {

@@ -49,7 +49,18 @@ struct CollectorArgs {
   const TargetInfo* target = nullptr;
   std::vector<std::string> inject;
   std::map<std::string, ParamValue> params;  ///< every ParamSpec, defaults filled in
+  /// Keyword arguments as written, for plugins (which have no parameter table in sonde).
+  std::map<std::string, KwArg> raw_kwargs;
+  /// The raw kind the collector's handler accepts ("scalar", "per-device vector",
+  /// "per-device vectors", "counters", "none"): process plugins convert JSON with it.
+  std::string handler_accepts;
+  /// The handler's metric names (PerDeviceMultiAggregateHandler), for process plugins.
+  std::vector<std::string> handler_metrics;
   double interval_s = 0.5;
+  /// How long one tick's snapshot + collect calls may take.
+  double deadline_s = 0.25;
+  /// Where warnings go.
+  std::function<void(const std::string&)> warn;
 
   const ParamValue& param(const std::string& key) const { return params.at(key); }
   bool flag(const std::string& key) const { return std::get<bool>(param(key)); }
@@ -75,6 +86,24 @@ class Collector {
   virtual void snapshot(const TickContext&) {}
   virtual Result<RawValue> collect(Level level, const TickContext& ctx) = 0;
   virtual void teardown() {}
+
+  // Shown by `sonde collectors`.
+  virtual std::string_view source() const { return "builtin"; }  ///< builtin|native|python|exec
+  virtual std::string file() const { return {}; }                ///< plugin file or command
+  virtual int priority() const { return 0; }                     ///< core is 0
+  /// True when snapshot/collect run code sonde does not control in sonde's own process: the
+  /// engine then runs them on a worker thread under the deadline.
+  virtual bool needs_watchdog() const { return false; }
+};
+
+/// Makes collectors for targets that are not built-in names ("plugin:libx.so", "python:m.C",
+/// "exec"). An error means the entry is unusable; Errc::config errors stop the run (exit 2),
+/// others make the collector unavailable.
+struct TargetFactory {
+  std::string prefix;  ///< matched against the start of _target_ ("exec" matches exactly)
+  std::function<Result<std::unique_ptr<Collector>>(const std::string& target,
+                                                   const CollectorArgs& args)>
+      make;
 };
 
 struct CollectorInfo {
@@ -92,8 +121,13 @@ class Registry {
   const CollectorInfo* find(const std::string& target) const;
   const std::vector<CollectorInfo>& all() const { return infos_; }
 
+  void add_factory(TargetFactory factory);
+  /// The factory whose prefix starts `target`, or nullptr.
+  const TargetFactory* find_factory(const std::string& target) const;
+
  private:
   std::vector<CollectorInfo> infos_;
+  std::vector<TargetFactory> factories_;
 };
 
 /// The one place where built-in collectors are registered (no static self-registration).

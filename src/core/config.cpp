@@ -368,6 +368,7 @@ class Parser {
         auto s = string_value(ek, ev, key_path);
         if (!s) return s.error();
         spec.target = *s;
+        spec.target_origin = origin_at(file_, value_mark(ek, ev));
         has_target = true;
       } else if (key == "inject") {
         auto r = inject(spec, ek, ev, key_path);

@@ -40,6 +40,7 @@ struct HandlerSpec {
 struct CollectorSpec {
   std::string name;                            ///< the key under collectors:
   std::string target;                          ///< "_target_", e.g. "sonde.collectors.cpu"
+  Origin target_origin;                        ///< where _target_ was given
   std::vector<std::string> inject;             ///< subset of kInjectKeys
   bool enabled = true;
   std::optional<double> timeout_s;             ///< per-collect deadline; default: interval / 2

@@ -59,7 +59,8 @@ std::string_view state_name(CollectorState s) {
 
 Engine::~Engine() {
   for (auto& s : slots_)
-    if (s.collector && s.state == CollectorState::ok) s.collector->teardown();
+    if (s.collector && s.state == CollectorState::ok && !(s.watchdog && s.watchdog->busy()))
+      s.collector->teardown();
 }
 
 void Engine::warn(const std::string& msg) const {
@@ -111,12 +112,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
       continue;
     }
     slot.info = registry.find(spec.target);
-    if (slot.info == nullptr) {
+    if (slot.info == nullptr) slot.factory = registry.find_factory(spec.target);
+    if (slot.info == nullptr && slot.factory == nullptr) {
       std::vector<std::string> known;
       for (const auto& i : registry.all()) known.push_back(i.target);
       return make_error(Errc::config,
-                        fmt::format("{}: collector '{}': unknown _target_ '{}' (expected one of: {})",
-                                    spec.origin.str(), spec.name, spec.target, fmt::join(known, ", ")));
+                        fmt::format("{}: collector '{}': unknown _target_ '{}' (expected one of: {}, "
+                                    "or plugin:FILE.so, python:MODULE.CLASS, exec)",
+                                    spec.target_origin.line ? spec.target_origin.str() : spec.origin.str(), spec.name, spec.target, fmt::join(known, ", ")));
     }
     auto handler = make_handler(spec.handler);
     if (!handler) return handler.error();
@@ -129,7 +132,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
   for (int phase = 1; phase <= 2; ++phase) {
     for (CollectorSlot& slot : e->slots_) {
       if (slot.state != CollectorState::ok) continue;
-      const bool needs_node = slot.info->needs_node_info || contains(slot.spec.inject, "node_info");
+      const bool needs_node =
+          (slot.info && slot.info->needs_node_info) || contains(slot.spec.inject, "node_info");
       if ((phase == 2) != needs_node) continue;
       CollectorArgs args;
       args.name = slot.spec.name;
@@ -138,6 +142,26 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
       args.target = &e->opts_.target;
       args.inject = slot.spec.inject;
       args.interval_s = cfg.interval_s;
+      args.deadline_s = slot.spec.timeout_s.value_or(cfg.interval_s / 2);
+      args.raw_kwargs = slot.spec.kwargs;
+      args.handler_accepts = std::string(slot.handler->accepts());
+      args.handler_metrics = slot.spec.handler.metrics;
+      args.warn = [w = e->opts_.warn](const std::string& m) {
+        if (w)
+          w(m);
+        else
+          std::cerr << "sonde: warning: " << m << "\n";
+      };
+      if (slot.factory) {
+        auto made = slot.factory->make(slot.spec.target, args);
+        if (!made) {
+          if (made.error().code == Errc::config) return made.error();
+          slot.state = CollectorState::unavailable;
+          slot.why = made.error().message;
+          continue;
+        }
+        slot.collector = std::move(*made);
+      } else {
       for (const ParamSpec& p : slot.info->params) args.params[p.name] = p.default_value;
       for (const auto& [key, arg] : slot.spec.kwargs) {
         auto p = std::find_if(slot.info->params.begin(), slot.info->params.end(),
@@ -157,6 +181,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
         args.params[key] = std::move(*v);
       }
       slot.collector = slot.info->make(args);
+      }
       auto ok = slot.collector->setup();
       if (!ok) {
         slot.state = CollectorState::unavailable;
@@ -164,6 +189,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
         continue;
       }
       if (phase == 1) slot.collector->contribute_node_info(e->node_);
+      if (slot.collector->needs_watchdog()) slot.watchdog = std::make_unique<Watchdog>();
     }
   }
 
@@ -209,6 +235,57 @@ void Engine::set_target_pid(int pid) {
   scanner_->set_target_pid(pid);
 }
 
+std::string Engine::collect_slot(CollectorSlot& slot, const TickContext& ctx) {
+  using Results = std::array<std::optional<Result<RawValue>>, kNumLevels>;
+  if (!slot.watchdog) {
+    Results results;
+    slot.collector->snapshot(ctx);
+    for (Level l : levels_)
+      if (slot.at_level[level_index(l)]) results[level_index(l)] = slot.collector->collect(l, ctx);
+    return handle_results(slot, ctx, results);
+  }
+  // Code sonde does not control runs on the collector's worker, with its own copies of what it
+  // reads and writes, so that a late answer can never touch this tick's or the next tick's data.
+  auto results = std::make_shared<Results>();
+  auto snapshot = scanner_->shared();
+  std::array<bool, kNumLevels> at = slot.at_level;
+  for (Level l : kAllLevels) at[level_index(l)] = at[level_index(l)] && active_[level_index(l)];
+  Collector* collector = slot.collector.get();
+  const auto outcome = slot.watchdog->run(
+      [results, snapshot, ctx, at, collector] {
+        TickContext own = ctx;
+        own.procs = snapshot.get();
+        collector->snapshot(own);
+        for (Level l : kAllLevels)
+          if (at[level_index(l)]) (*results)[level_index(l)] = collector->collect(l, own);
+      },
+      slot.spec.timeout_s.value_or(interval_s_ / 2));
+  if (outcome == Watchdog::Outcome::busy) return "still busy with an earlier tick";
+  if (outcome == Watchdog::Outcome::timed_out)
+    return fmt::format("no answer within its deadline of {:.1f} ms",
+                       slot.spec.timeout_s.value_or(interval_s_ / 2) * 1e3);
+  return handle_results(slot, ctx, *results);
+}
+
+std::string Engine::handle_results(CollectorSlot& slot, const TickContext& ctx,
+                                   std::array<std::optional<Result<RawValue>>, kNumLevels>& results) {
+  std::string error;
+  for (Level l : levels_) {
+    const std::size_t li = level_index(l);
+    if (!slot.at_level[li]) continue;
+    auto out = std::span<double>(tick_.rows[li]).subspan(slot.offset[li], slot.width[li]);
+    auto& raw = results[li];
+    Result<void> handled = !raw ? Result<void>(make_error(Errc::failed, "no value"))
+                           : raw->ok() ? slot.handler->handle(l, raw->value(), ctx.time_s, out)
+                                       : Result<void>(raw->error());
+    if (!handled) {
+      std::fill(out.begin(), out.end(), kNaN);
+      if (error.empty()) error = fmt::format("{} level: {}", level_name(l), handled.error().message);
+    }
+  }
+  return error;
+}
+
 void Engine::record_failure(CollectorSlot& slot, const std::string& message) {
   ++slot.errors;
   ++slot.consecutive_errors;
@@ -218,6 +295,11 @@ void Engine::record_failure(CollectorSlot& slot, const std::string& message) {
     slot.why = fmt::format("disabled after {} consecutive failures; last: {}",
                            slot.consecutive_errors, message);
     warn(fmt::format("collector '{}' {}", slot.spec.name, slot.why));
+    if (slot.watchdog && slot.watchdog->busy()) {
+      // Its worker is stuck inside the collector: leave both behind rather than wait forever.
+      slot.watchdog->abandon();
+      (void)slot.collector.release();
+    }
   }
 }
 
@@ -238,35 +320,21 @@ const Engine::Tick& Engine::tick() {
   for (CollectorSlot& slot : slots_) {
     if (slot.state != CollectorState::ok) continue;
     const double t0 = monotonic_now();
-    slot.collector->snapshot(ctx);
-    bool failed = false;
-    std::string error;
-    for (Level l : levels_) {
-      const std::size_t li = level_index(l);
-      if (!slot.at_level[li]) continue;
-      auto out = std::span<double>(tick_.rows[li]).subspan(slot.offset[li], slot.width[li]);
-      auto raw = slot.collector->collect(l, ctx);
-      Result<void> handled = raw ? slot.handler->handle(l, *raw, ctx.time_s, out) : Result<void>(raw.error());
-      if (!handled) {
-        std::fill(out.begin(), out.end(), kNaN);
-        failed = true;
-        error = fmt::format("{} level: {}", level_name(l), handled.error().message);
-      }
-    }
+    std::string error = collect_slot(slot, ctx);
     const double spent = monotonic_now() - t0;
     const double deadline = slot.spec.timeout_s.value_or(interval_s_ / 2);
-    if (!failed && spent > deadline) {
-      failed = true;
-      for (Level l : levels_) {  // a value that came too late is not used
+    if (error.empty() && spent > deadline)
+      error = fmt::format("took {:.1f} ms, over its deadline of {:.1f} ms", spent * 1e3, deadline * 1e3);
+    if (!error.empty()) {
+      for (Level l : levels_) {  // a value that failed or came too late is not used
         const std::size_t li = level_index(l);
         if (slot.at_level[li])
           std::fill_n(tick_.rows[li].begin() + static_cast<long>(slot.offset[li]), slot.width[li], kNaN);
       }
-      error = fmt::format("took {:.1f} ms, over its deadline of {:.1f} ms", spent * 1e3, deadline * 1e3);
     }
     ++slot.calls;
     slot.total_s += spent;
-    if (failed)
+    if (!error.empty())
       record_failure(slot, error);
     else
       slot.consecutive_errors = 0;

@@ -11,6 +11,7 @@
 #include "core/config.hpp"
 #include "core/handlers.hpp"
 #include "core/proc_scanner.hpp"
+#include "core/watchdog.hpp"
 
 namespace sonde {
 
@@ -30,8 +31,10 @@ std::string_view state_name(CollectorState s);
 
 struct CollectorSlot {
   CollectorSpec spec;
-  const CollectorInfo* info = nullptr;
+  const CollectorInfo* info = nullptr;        ///< built-in, or
+  const TargetFactory* factory = nullptr;     ///< plugin factory
   std::unique_ptr<Collector> collector;
+  std::unique_ptr<Watchdog> watchdog;         ///< for collectors that need one
   std::unique_ptr<Handler> handler;
   CollectorState state = CollectorState::ok;
   std::string why;  ///< for unavailable/failed
@@ -81,6 +84,10 @@ class Engine {
   Engine() = default;
   void warn(const std::string& msg) const;
   void record_failure(CollectorSlot& slot, const std::string& message);
+  /// Runs one collector for every level of this tick; returns an error message or "".
+  std::string collect_slot(CollectorSlot& slot, const TickContext& ctx);
+  std::string handle_results(CollectorSlot& slot, const TickContext& ctx,
+                             std::array<std::optional<Result<RawValue>>, kNumLevels>& results);
 
   EngineOptions opts_;
   double interval_s_ = 0.5;

@@ -137,11 +137,12 @@ bool ProcScanner::discover(int pid, Entry& e) {
 const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   ++generation_;
   const bool first_scan = prev_boottime_s_ < 0;
-  snap_.pids.clear();
-  for (auto& m : snap_.members) m.clear();
-  snap_.vanished.clear();
-  snap_.shares.clear();
-  snap_.reopened_per_tick = 0;
+  if (snap_.use_count() > 1) snap_ = std::make_shared<ProcSnapshot>();
+  snap_->pids.clear();
+  for (auto& m : snap_->members) m.clear();
+  snap_->vanished.clear();
+  snap_->shares.clear();
+  snap_->reopened_per_tick = 0;
 
   // 1. List the pids. The directory is reopened each tick: procfs directory offsets are pid-based
   // and rewinding works, but a fresh open is as cheap and robust to a remounted root.
@@ -154,7 +155,7 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
     }
     ::closedir(d);
   }
-  snap_.total_pids = listing_.size();
+  snap_->total_pids = listing_.size();
 
   // 2. Discover new pids (read their stat once, and status/environ when a level needs them).
   for (int pid : listing_) {
@@ -176,7 +177,7 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
     Entry& e = *it->second;
     if (e.seen_generation != generation_) {
       if (e.have_prev && e.level_mask)
-        snap_.vanished.push_back({it->first, e.ppid, e.last_total_cpu_s, e.level_mask});
+        snap_->vanished.push_back({it->first, e.ppid, e.last_total_cpu_s, e.level_mask});
       close_fd(e.stat_fd, fds_open_);
       close_fd(e.io_fd, fds_open_);
       it = entries_.erase(it);
@@ -215,7 +216,7 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   for (auto& [pid, e] : entries_) resolve(resolve, pid, *e);
 
   // 5. Refresh members.
-  snap_.target_alive = false;
+  snap_->target_alive = false;
   for (int pid : listing_) {
     auto it = entries_.find(pid);
     if (it == entries_.end()) continue;
@@ -226,26 +227,26 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
     PidSample s;
     if (!refresh(pid, e, prev_boottime_s_, s)) continue;
     s.level_mask = mask;
-    if (pid == target_.pid) snap_.target_alive = true;
-    const auto index = static_cast<std::uint32_t>(snap_.pids.size());
+    if (pid == target_.pid) snap_->target_alive = true;
+    const auto index = static_cast<std::uint32_t>(snap_->pids.size());
     for (Level l : {Level::process, Level::user, Level::slurm})
-      if (s.in(l)) snap_.members[level_index(l)].push_back(index);
-    snap_.pids.push_back(s);
+      if (s.in(l)) snap_->members[level_index(l)].push_back(index);
+    snap_->pids.push_back(s);
   }
   prev_boottime_s_ = boottime_s;
-  return snap_;
+  return *snap_;
 }
 
 bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSample& s) {
   const std::string dir = std::to_string(pid);
   const bool keep = fds_open_ < fd_budget_;
-  if (e.stat_fd < 0 && !keep) ++snap_.reopened_per_tick;
+  if (e.stat_fd < 0 && !keep) ++snap_->reopened_per_tick;
   long n = read_proc(proc_dir_fd_, dir + "/stat", e.stat_fd, keep, fds_open_, buf_);
   if (n <= 0) {
     // Gone (ESRCH on a kept fd); the next readdir drops it. Report it as vanished now so its
     // reaped time is not double counted by its parent.
     if (e.have_prev && e.level_mask)
-      snap_.vanished.push_back({pid, e.ppid, e.last_total_cpu_s, e.level_mask});
+      snap_->vanished.push_back({pid, e.ppid, e.last_total_cpu_s, e.level_mask});
     e.have_prev = false;
     e.level_mask = 0;
     close_fd(e.stat_fd, fds_open_);
@@ -280,7 +281,7 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
 
   if (needs_.io && !e.io_denied) {
     const bool keep_io = fds_open_ < fd_budget_;
-    if (e.io_fd < 0 && !keep_io) ++snap_.reopened_per_tick;
+    if (e.io_fd < 0 && !keep_io) ++snap_->reopened_per_tick;
     const long m = read_proc(proc_dir_fd_, dir + "/io", e.io_fd, keep_io, fds_open_, buf_);
     if (m == -EACCES || m == -EPERM) {
       e.io_denied = true;
@@ -301,14 +302,14 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
 
   // CPU placement: single-threaded processes ran on `processor`; busy multi-threaded ones are
   // split over their threads' CPUs in proportion to each thread's CPU time since last read.
-  s.share_begin = static_cast<std::uint32_t>(snap_.shares.size());
+  s.share_begin = static_cast<std::uint32_t>(snap_->shares.size());
   if (needs_.threads && s.cpu_delta_s > 0) {
     if (st->num_threads > 1)
       read_threads(pid, e, s);
     else
-      snap_.shares.push_back({st->processor, s.cpu_delta_s});
+      snap_->shares.push_back({st->processor, s.cpu_delta_s});
   }
-  s.share_end = static_cast<std::uint32_t>(snap_.shares.size());
+  s.share_end = static_cast<std::uint32_t>(snap_->shares.size());
 
   e.prev_cpu_ticks = cpu_ticks;
   e.prev_child_ticks = child_ticks;
@@ -353,10 +354,10 @@ void ProcScanner::read_threads(int pid, Entry& e, PidSample& s) {
   std::sort(now.begin(), now.end());
   e.thread_ticks = std::move(now);
   if (total_weight <= 0) {
-    snap_.shares.push_back({s.processor, s.cpu_delta_s});
+    snap_->shares.push_back({s.processor, s.cpu_delta_s});
     return;
   }
-  for (auto [cpu, w] : weights) snap_.shares.push_back({cpu, s.cpu_delta_s * w / total_weight});
+  for (auto [cpu, w] : weights) snap_->shares.push_back({cpu, s.cpu_delta_s * w / total_weight});
 }
 
 }  // namespace sonde

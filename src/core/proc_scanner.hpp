@@ -86,7 +86,10 @@ class ProcScanner {
   /// Scans /proc once. `boottime_s` is CLOCK_BOOTTIME now, used to tell pids born since the
   /// previous scan (whose whole life counts) from pids first seen for another reason.
   const ProcSnapshot& scan(double boottime_s);
-  const ProcSnapshot& last() const { return snap_; }
+  const ProcSnapshot& last() const { return *snap_; }
+  /// The last snapshot, kept alive for a collector that may still read it after the next scan
+  /// (a plugin that overran its deadline); the next scan then fills a fresh one.
+  std::shared_ptr<const ProcSnapshot> shared() const { return snap_; }
 
  private:
   struct Entry;
@@ -101,7 +104,7 @@ class ProcScanner {
   std::unordered_map<int, std::unique_ptr<Entry>> entries_;
   std::vector<int> listing_;
   std::string buf_;
-  ProcSnapshot snap_;
+  std::shared_ptr<ProcSnapshot> snap_ = std::make_shared<ProcSnapshot>();
   std::uint64_t generation_ = 0;
   double prev_boottime_s_ = -1;
   double clk_tck_;
