@@ -18,6 +18,7 @@
 
 #include <sonde/plugin.h>
 
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <optional>
@@ -64,7 +65,10 @@ class Host {
   std::vector<std::string> strings(const char* key) const {
     std::vector<std::string> out;
     const int64_t n = api_->kwarg_list_size(host_, key);
-    for (int64_t i = 0; i < n; ++i) out.emplace_back(api_->kwarg_list_item(host_, key, static_cast<size_t>(i)));
+    for (int64_t i = 0; i < n; ++i) {
+      const char* item = api_->kwarg_list_item(host_, key, static_cast<size_t>(i));
+      if (item != nullptr) out.emplace_back(item);  // std::string(nullptr) is undefined
+    }
     return out;
   }
   bool injected(const char* key) const { return api_->injected(host_, key) == 1; }
@@ -161,6 +165,8 @@ struct Adapter {
   struct Instance {
     const sonde_host_api* api;
     T collector;
+    bool snapshot_failed = false;  ///< this tick's snapshot threw: its collect calls fail
+    char snapshot_error[512] = {};
     Instance(const sonde_host_api* a, const sonde_host* h) : api(a), collector(Host(a, h)) {}
   };
   static void* create(const sonde_host_api* api, const sonde_host* host, char* err, size_t size) {
@@ -182,14 +188,24 @@ struct Adapter {
   }
   static void snapshot(void* self, const sonde_tick* tick) {
     auto* in = static_cast<Instance*>(self);
+    in->snapshot_failed = false;
     try {
       in->collector.snapshot(Tick(in->api, tick));
+    } catch (const std::exception& e) {
+      in->snapshot_failed = true;
+      std::snprintf(in->snapshot_error, sizeof in->snapshot_error, "snapshot: %s", e.what());
     } catch (...) {
-      // The collect calls of this tick report their own errors.
+      in->snapshot_failed = true;
+      copy_error(in->snapshot_error, sizeof in->snapshot_error, "unknown exception in snapshot");
     }
   }
   static void collect(void* self, sonde_level level, const sonde_tick* tick, sonde_out* out) {
     auto* in = static_cast<Instance*>(self);
+    // A failed snapshot fails every collect call of its tick (collect would see stale state).
+    if (in->snapshot_failed) {
+      in->api->set_error(out, in->snapshot_error);
+      return;
+    }
     try {
       write_value(in->api, out, in->collector.collect(static_cast<Level>(level), Tick(in->api, tick)));
     } catch (const std::exception& e) {

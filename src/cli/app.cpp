@@ -5,10 +5,18 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "plugins/plugins.hpp"
 
 namespace sonde::cli {
 
 void print_error(const std::string& message) { std::cerr << "sonde: error: " << message << "\n"; }
+
+Registry make_registry() {
+  Registry registry;
+  register_builtin_collectors(registry);
+  plugins::register_plugin_factories(registry);
+  return registry;
+}
 
 Roots roots_from_env() {
   Roots r;
@@ -47,6 +55,11 @@ std::optional<Config> load(const CommonOptions& common) {
     print_error(cfg.error().message);
     return std::nullopt;
   }
+  // Plugins in the plugin directories that the configuration does not name yet; a refused or
+  // broken one is reported and left out.
+  plugins::discover_plugins(*cfg, plugins::plugin_dirs(), [](const std::string& m) {
+    std::cerr << "sonde: warning: " << m << "\n";
+  });
   if (common.interval_s) {
     if (!(*common.interval_s >= 0.01)) {
       print_error(fmt::format("--interval: expected a number of seconds >= 0.01, got {}",
@@ -109,6 +122,12 @@ int run_cli(int argc, char** argv) {
   auto* check = config->add_subcommand("check", "check a configuration file (exit 2 if malformed)");
   check->add_option("file", check_file, "the file")->required();
 
+  std::string host_file;
+  auto* host = app.add_subcommand("plugin-host", "serve a native plugin over the plugin protocol "
+                                                 "(what isolate: true runs)");
+  host->group("");  // internal: hidden from --help
+  host->add_option("file", host_file, "plugin library")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -139,6 +158,7 @@ int run_cli(int argc, char** argv) {
     return run_session(common, session);
   }
   if (*collectors) return cmd_collectors(common, timing);
+  if (*host) return plugins::run_plugin_host(host_file);
   if (*show) return cmd_config_show(common, defaults);
   if (*check) return cmd_config_check(check_file);
   return kExitUsage;

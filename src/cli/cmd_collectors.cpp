@@ -27,8 +27,7 @@ int cmd_collectors(const CommonOptions& common, bool timing) {
   EngineOptions eo;
   eo.roots = roots;
   eo.target = *target;
-  Registry registry;
-  register_builtin_collectors(registry);
+  const Registry registry = make_registry();
   auto engine_r = Engine::create(*cfg, eo, registry);
   if (!engine_r) {
     print_error(engine_r.error().message);
@@ -56,6 +55,15 @@ int cmd_collectors(const CommonOptions& common, bool timing) {
     if (!s.why.empty()) state += ": " + s.why;
     std::cout << fmt::format("\n{}\n", s.spec.name);
     std::cout << fmt::format("  target   {}\n", s.spec.target);
+    if (s.collector) {
+      std::cout << fmt::format("  source   {}{}\n", s.collector->source(),
+                               s.collector->file().empty() ? std::string() : " (" + s.collector->file() + ")");
+      std::cout << fmt::format("  priority {}\n", s.collector->priority());
+    } else if (s.factory) {
+      std::cout << fmt::format("  source   {}\n", s.factory->prefix);
+    } else {
+      std::cout << "  source   builtin\n";
+    }
     std::cout << fmt::format("  handler  {}\n", s.spec.handler.target);
     std::cout << fmt::format("  inject   [{}]\n", fmt::join(s.spec.inject, ", "));
     std::cout << fmt::format("  state    {}\n", state);

@@ -39,8 +39,7 @@ int cmd_config_check(const std::string& file) {
   EngineOptions eo;
   eo.roots = roots;
   eo.target = *target;
-  Registry registry;
-  register_builtin_collectors(registry);
+  const Registry registry = make_registry();
   auto engine = Engine::create(cfg, eo, registry);
   if (!engine) {
     print_error(engine.error().message);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/collector.hpp"
 #include "core/config.hpp"
 #include "core/fs.hpp"
 #include "core/level.hpp"
@@ -33,6 +34,8 @@ Result<std::vector<Level>> parse_levels(const std::string& text);
 /// Roots from $SONDE_PROC_ROOT / $SONDE_SYS_ROOT (for tests), else /proc and /sys.
 Roots roots_from_env();
 void print_error(const std::string& message);
+/// The registry of every collector target: built-ins and the plugin factories.
+Registry make_registry();
 
 struct SessionOptions {
   enum class Mode { run, record, stream } mode = Mode::run;

@@ -116,8 +116,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   eo.roots = roots;
   eo.target = target;
   eo.levels = levels;
-  Registry registry;
-  register_builtin_collectors(registry);
+  const Registry registry = make_registry();
   auto engine_r = Engine::create(*cfg, eo, registry);
   if (!engine_r) {
     if (engine_r.error().code == Errc::config) return fail_usage(engine_r.error().message);

@@ -158,6 +158,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
           if (made.error().code == Errc::config) return made.error();
           slot.state = CollectorState::unavailable;
           slot.why = made.error().message;
+          e->warn(fmt::format("collector '{}' is unavailable: {}", slot.spec.name, slot.why));
           continue;
         }
         slot.collector = std::move(*made);
@@ -186,6 +187,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
       if (!ok) {
         slot.state = CollectorState::unavailable;
         slot.why = ok.error().message;
+        // A built-in that cannot work here (no such device) is normal; a plugin that cannot start
+        // is worth a line.
+        if (slot.factory)
+          e->warn(fmt::format("collector '{}' is unavailable: {}", slot.spec.name, slot.why));
         continue;
       }
       if (phase == 1) slot.collector->contribute_node_info(e->node_);
@@ -226,6 +231,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
     needs.io = needs.io || n.io;
     needs.threads = needs.threads || n.threads;
   }
+  // Hooks run in priority order (core = 0, lower first); equal priorities keep config order.
+  for (std::size_t i = 0; i < e->slots_.size(); ++i) e->call_order_.push_back(i);
+  std::stable_sort(e->call_order_.begin(), e->call_order_.end(), [&](std::size_t a, std::size_t b) {
+    auto prio = [&](std::size_t i) { return e->slots_[i].collector ? e->slots_[i].collector->priority() : 0; };
+    return prio(a) < prio(b);
+  });
   e->scanner_ = std::make_unique<ProcScanner>(e->opts_.roots, target, e->active_, needs);
   return e;
 }
@@ -260,7 +271,9 @@ std::string Engine::collect_slot(CollectorSlot& slot, const TickContext& ctx) {
           if (at[level_index(l)]) (*results)[level_index(l)] = collector->collect(l, own);
       },
       slot.spec.timeout_s.value_or(interval_s_ / 2));
-  if (outcome == Watchdog::Outcome::busy) return "still busy with an earlier tick";
+  if (outcome == Watchdog::Outcome::busy)
+    return fmt::format("still busy with an earlier tick that overran its deadline of {:.1f} ms",
+                       slot.spec.timeout_s.value_or(interval_s_ / 2) * 1e3);
   if (outcome == Watchdog::Outcome::timed_out)
     return fmt::format("no answer within its deadline of {:.1f} ms",
                        slot.spec.timeout_s.value_or(interval_s_ / 2) * 1e3);
@@ -317,7 +330,8 @@ const Engine::Tick& Engine::tick() {
   scan_s_ += monotonic_now() - ctx.time_s;
 
   for (Level l : levels_) std::fill(tick_.rows[level_index(l)].begin(), tick_.rows[level_index(l)].end(), kNaN);
-  for (CollectorSlot& slot : slots_) {
+  for (std::size_t index : call_order_) {
+    CollectorSlot& slot = slots_[index];
     if (slot.state != CollectorState::ok) continue;
     const double t0 = monotonic_now();
     std::string error = collect_slot(slot, ctx);

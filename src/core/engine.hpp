@@ -95,6 +95,7 @@ class Engine {
   std::array<bool, kNumLevels> active_{};
   NodeInfo node_;
   std::vector<CollectorSlot> slots_;
+  std::vector<std::size_t> call_order_;  ///< indices into slots_ by priority
   std::array<std::vector<std::string>, kNumLevels> columns_;
   std::unique_ptr<ProcScanner> scanner_;
   Tick tick_;

@@ -1,0 +1,3 @@
+from py_network.common import NetworkCollectorBackend
+
+__all__ = ["NetworkCollectorBackend"]
