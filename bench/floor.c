@@ -16,12 +16,15 @@
  *         cpu_us_per_pid=29.13 wall_us_per_tick=31890.2 late_ticks=0
  *
  * Usage: floor [--ticks N] [--interval S] [--warmup N] [--once]
- *              [--with-system-files] [--read-to-eof]
+ *              [--with-system-files] [--read-to-eof] [--times FILE]
  *   --once               one tick, no warm-up: the cost of a one-shot scan
  *   --with-system-files  also read /proc/stat, /proc/meminfo, /proc/diskstats
  *                        and /proc/net/dev each tick (what a system level adds)
  *   --read-to-eof        read each file until read(2) returns 0 (stdio-style),
  *                        instead of a single read
+ *   --times FILE         after the run, write the CLOCK_MONOTONIC start time of
+ *                        every tick (warm-up included), one per line in seconds,
+ *                        to FILE (kept in memory while running: sampling fidelity)
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -104,7 +107,7 @@ static double mono_us(void) {
 
 static void usage(void) {
   fprintf(stderr, "usage: floor [--ticks N] [--interval S] [--warmup N] [--once] "
-                  "[--with-system-files] [--read-to-eof]\n");
+                  "[--with-system-files] [--read-to-eof] [--times FILE]\n");
   exit(2);
 }
 
@@ -112,6 +115,7 @@ int main(int argc, char **argv) {
   long ticks = 100, warmup = 1;
   double interval = 0.05;
   int once = 0, with_system = 0;
+  const char *times_path = NULL;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];
     if (!strcmp(a, "--ticks") && i + 1 < argc) ticks = atol(argv[++i]);
@@ -120,6 +124,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--once")) once = 1;
     else if (!strcmp(a, "--with-system-files")) with_system = 1;
     else if (!strcmp(a, "--read-to-eof")) read_to_eof = 1;
+    else if (!strcmp(a, "--times") && i + 1 < argc) times_path = argv[++i];
     else usage();
   }
   if (once) {
@@ -127,6 +132,14 @@ int main(int argc, char **argv) {
     warmup = 0;
   }
   if (ticks < 1 || warmup < 0 || !(interval > 0)) usage();
+  double *starts = NULL;
+  if (times_path) {
+    starts = calloc((size_t)(warmup + ticks), sizeof *starts);
+    if (!starts) {
+      perror("floor: calloc");
+      return 1;
+    }
+  }
 
   struct timespec next;
   clock_gettime(CLOCK_MONOTONIC, &next);
@@ -140,6 +153,7 @@ int main(int argc, char **argv) {
       files = 0;
     }
     double start = mono_us();
+    if (starts) starts[t] = start;
     pids = tick(with_system, &files);
     busy_us += mono_us() - start;
     if (t + 1 == warmup + ticks) break;
@@ -160,5 +174,15 @@ int main(int argc, char **argv) {
          "cpu_us_per_pid=%.2f wall_us_per_tick=%.1f late_ticks=%ld\n",
          ticks, warmup, interval, pids, files / ticks, cpu / (double)ticks,
          pids ? cpu / (double)ticks / (double)pids : 0.0, busy_us / (double)ticks, late);
+  if (starts) {
+    FILE *f = fopen(times_path, "w");
+    if (!f) {
+      perror("floor: --times");
+      return 1;
+    }
+    for (long t = 0; t < warmup + ticks; ++t) fprintf(f, "%.6f\n", starts[t] / 1e6);
+    fclose(f);
+    free(starts);
+  }
   return 0;
 }

@@ -18,6 +18,7 @@ import os
 import sys
 import traceback
 
+from sonde_plugin.backend import CollectorBackend
 from sonde_plugin.context import CollectionContext, NodeInfo, pids_from_wire
 
 DEBUG = os.environ.get("SONDE_PLUGIN_DEBUG") == "1"
@@ -139,6 +140,7 @@ class Server:
         self.target_info = {}
         self.node_info = None
         self.interval = None
+        self.snapshot = None
 
     def setup(self, msg):
         try:
@@ -179,6 +181,10 @@ class Server:
         except SetupError as exc:
             return {"ok": False, "error": str(exc)}
         self.node_info = injected.get("node_info")
+        # The base class's snapshot does nothing: skip the call on the per-tick path.
+        snapshot = getattr(self.collector, "snapshot", None)
+        overridden = getattr(type(self.collector), "snapshot", None) is not CollectorBackend.snapshot
+        self.snapshot = snapshot if callable(snapshot) and overridden else None
         self.target_info = msg.get("target") or {}
         self.interval = msg.get("interval")
         reply = {"ok": True, "devices": devices,
@@ -200,7 +206,7 @@ class Server:
                                     msg.get("dt", 0.0), levels, pids, total_pids, self.node_info,
                                     t.get("pid"), t.get("uid"), t.get("slurm_job"), self.interval)
         collector = self.collector
-        snapshot = getattr(collector, "snapshot", None)
+        snapshot = self.snapshot
         if snapshot is not None:
             try:
                 snapshot(context)
@@ -242,9 +248,11 @@ def take_protocol_fds():
 
 
 def write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    written = os.write(fd, data)
+    if written < len(data):  # a large reply on a full pipe
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view):]
 
 
 def encode(reply):

@@ -24,6 +24,7 @@ constexpr const char* kDefaultConfigYaml =
     R"(# sonde built-in defaults. Files merged later change these key by key.
 interval: 0.5        # seconds between two samples
 out_dir: sonde-runs  # where `sonde run` and `sonde record` create their run directories
+raise_priority: true  # raise sonde's own sampling thread's priority when permitted
 # levels: not set, i.e. every level that applies (slurm only inside a Slurm job)
 collectors:
   # The target's process tree, uid and Slurm job for the tick context; produces no columns.
@@ -187,6 +188,10 @@ class Parser {
         auto s = string_value(k, v, key);
         if (!s) return s.error();
         cfg.out_dir = *s;
+      } else if (key == "raise_priority") {
+        auto b = bool_value(k, v, key);
+        if (!b) return b.error();
+        cfg.raise_priority = *b;
       } else if (key == "collectors") {
         r = collectors(cfg, k, v);
       } else {
@@ -555,6 +560,10 @@ const std::vector<SettingInfo>& setting_table() {
        "Levels to sample; without it every level that applies (slurm only inside a Slurm job)."},
       {"out_dir", "string", "sonde-runs",
        "Directory in which `sonde run` and `sonde record` create their run directories."},
+      {"raise_priority", "boolean", "true",
+       "Let sonde raise its own sampling thread's priority (nice -10) when it is permitted to "
+       "(root or CAP_SYS_NICE), so ticks stay on time on a busy node. Never touches other "
+       "processes; the manifest says whether it happened."},
       {"collectors", "map of name to collector entry", "process, cpu, memory, io, network, procs",
        "Collectors to run, each with its _target_, inject, handler and keyword arguments."},
   };
@@ -656,6 +665,7 @@ std::string dump_config(const Config& cfg) {
     emit_flow_list(out, names);
   }
   out << YAML::Key << "out_dir" << YAML::Value << cfg.out_dir;
+  out << YAML::Key << "raise_priority" << YAML::Value << cfg.raise_priority;
   out << YAML::Key << "collectors" << YAML::Value << YAML::BeginMap;
   for (const CollectorSpec& c : cfg.collectors) {
     out << YAML::Key << c.name << YAML::Value << YAML::BeginMap;

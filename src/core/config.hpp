@@ -66,6 +66,8 @@ struct Config {
   std::vector<Level> levels;
   Origin levels_origin;
   std::string out_dir = "sonde-runs";
+  /// Raise sonde's own sampling thread to nice -10 when permitted (never other processes).
+  bool raise_priority = true;
   /// Collectors in first-definition order (defaults first, then new names as files add them).
   std::vector<CollectorSpec> collectors;
   /// Files that were read, in merge order (for `config show` and the manifest).

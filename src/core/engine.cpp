@@ -8,6 +8,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <mutex>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -24,6 +25,15 @@ double clock_s(clockid_t id) {
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// A collector whose worker is stuck in its code can never be destroyed safely: it is kept,
+// reachable, until the process ends.
+void keep_alive_forever(std::unique_ptr<Collector> c) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<std::unique_ptr<Collector>>();  // never destroyed
+  std::lock_guard lock(mutex);
+  kept->push_back(std::move(c));
 }
 
 // Raises the soft open-file limit to the hard one (sonde keeps /proc files open across ticks)
@@ -311,7 +321,7 @@ void Engine::record_failure(CollectorSlot& slot, const std::string& message) {
     if (slot.watchdog && slot.watchdog->busy()) {
       // Its worker is stuck inside the collector: leave both behind rather than wait forever.
       slot.watchdog->abandon();
-      (void)slot.collector.release();
+      keep_alive_forever(std::move(slot.collector));
     }
   }
 }
@@ -352,6 +362,19 @@ const Engine::Tick& Engine::tick() {
       record_failure(slot, error);
     else
       slot.consecutive_errors = 0;
+  }
+  // Degrade visibly rather than miss ticks: a tick that uses more than half the interval lists
+  // /proc less often from now on (the slot is missed only if sampling the known pids alone does
+  // not fit).
+  const double tick_s = monotonic_now() - ctx.time_s;
+  if (ticks_ > 0 && tick_s > interval_s_ / 2 && scanner_->discover_every() < 64) {
+    const unsigned every = scanner_->discover_every() * 4;
+    scanner_->set_discover_every(every);
+    if (degraded_since_tick_ == 0) degraded_since_tick_ = ticks_;
+    warn(fmt::format("a tick took {:.1f} ms of a {:.1f} ms interval ({} processes on the node); "
+                     "new processes are now looked for every {} ticks, known ones are still "
+                     "sampled every tick",
+                     tick_s * 1e3, interval_s_ * 1e3, scanner_->last().total_pids, every));
   }
   prev_time_s_ = ctx.time_s;
   ++ticks_;

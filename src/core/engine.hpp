@@ -77,6 +77,11 @@ class Engine {
   std::uint64_t ticks() const { return ticks_; }
   /// CPU-less wall time spent in the /proc scan, summed over ticks.
   double scan_s() const { return scan_s_; }
+  /// Graceful degradation: when a tick takes more than half the interval, /proc is listed (new
+  /// pids found, membership re-evaluated) only every n-th tick; known pids are still sampled
+  /// every tick. 1 = not degraded. Reported in the manifest and once on stderr.
+  unsigned discover_every() const { return scanner_->discover_every(); }
+  std::uint64_t degraded_since_tick() const { return degraded_since_tick_; }
   const ProcSnapshot& procs() const { return scanner_->last(); }
   ProcScanner& scanner() { return *scanner_; }
 
@@ -102,6 +107,7 @@ class Engine {
   std::uint64_t ticks_ = 0;
   double prev_time_s_ = -1;
   double scan_s_ = 0;
+  std::uint64_t degraded_since_tick_ = 0;
 };
 
 /// Clocks used by the engine, in seconds.

@@ -144,47 +144,53 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   snap_->shares.clear();
   snap_->reopened_per_tick = 0;
 
-  // 1. List the pids. The directory is reopened each tick: procfs directory offsets are pid-based
-  // and rewinding works, but a fresh open is as cheap and robust to a remounted root.
-  listing_.clear();
-  if (DIR* d = ::opendir(roots_.proc.c_str())) {
-    while (dirent* de = ::readdir(d)) {
-      int pid = 0;
-      if (de->d_name[0] >= '1' && de->d_name[0] <= '9' && parse_pid(de->d_name, pid))
-        listing_.push_back(pid);
-    }
-    ::closedir(d);
-  }
-  snap_->total_pids = listing_.size();
-
-  // 2. Discover new pids (read their stat once, and status/environ when a level needs them).
-  for (int pid : listing_) {
-    auto& slot = entries_[pid];
-    if (!slot) {
-      slot = std::make_unique<Entry>();
-      if (!discover(pid, *slot)) {  // vanished between readdir and open: normal
-        close_fd(slot->stat_fd, fds_open_);
-        entries_.erase(pid);
-        continue;
+  const bool discover_now = first_scan || generation_ % discover_every_ == 0;
+  snap_->discovered = discover_now;
+  if (discover_now) {
+    // 1. List the pids. The directory is reopened each tick: procfs directory offsets are pid-based
+    // and rewinding works, but a fresh open is as cheap and robust to a remounted root.
+    listing_.clear();
+    if (DIR* d = ::opendir(roots_.proc.c_str())) {
+      while (dirent* de = ::readdir(d)) {
+        int pid = 0;
+        if (de->d_name[0] >= '1' && de->d_name[0] <= '9' && parse_pid(de->d_name, pid))
+          listing_.push_back(pid);
       }
-      slot->count_full_life = !first_scan;
+      ::closedir(d);
     }
-    slot->seen_generation = generation_;
+    total_pids_ = listing_.size();
+
+    // 2. Discover new pids (read their stat once, and status/environ when a level needs them).
+    for (int pid : listing_) {
+      auto& slot = entries_[pid];
+      if (!slot) {
+        slot = std::make_unique<Entry>();
+        if (!discover(pid, *slot)) {  // vanished between readdir and open: normal
+          close_fd(slot->stat_fd, fds_open_);
+          entries_.erase(pid);
+          continue;
+        }
+        slot->count_full_life = !first_scan;
+      }
+      slot->seen_generation = generation_;
+    }
+
+    // 3. Forget pids that are gone; members seen at the previous tick are reported as vanished.
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      Entry& e = *it->second;
+      if (e.seen_generation != generation_) {
+        if (e.have_prev && e.level_mask)
+          snap_->vanished.push_back({it->first, e.ppid, e.last_total_cpu_s, e.level_mask});
+        close_fd(e.stat_fd, fds_open_);
+        close_fd(e.io_fd, fds_open_);
+        it = entries_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
 
-  // 3. Forget pids that are gone; members seen at the previous tick are reported as vanished.
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    Entry& e = *it->second;
-    if (e.seen_generation != generation_) {
-      if (e.have_prev && e.level_mask)
-        snap_->vanished.push_back({it->first, e.ppid, e.last_total_cpu_s, e.level_mask});
-      close_fd(e.stat_fd, fds_open_);
-      close_fd(e.io_fd, fds_open_);
-      it = entries_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  snap_->total_pids = total_pids_;
 
   // 4. Level membership: the process level follows parent pids from the target (membership is
   // kept when a descendant is re-parented); user and slurm include the process level.

@@ -65,6 +65,7 @@ struct ProcSnapshot {
   std::vector<VanishedPid> vanished;
   std::vector<CpuShare> shares;                           ///< see PidSample::share_begin
   std::size_t total_pids = 0;                             ///< every pid on the node
+  bool discovered = true;  ///< /proc was listed in this scan (see set_discover_every)
   bool target_alive = false;
   /// Pids whose files could not be kept open (open-file limit) and were opened per tick.
   std::size_t reopened_per_tick = 0;
@@ -82,6 +83,11 @@ class ProcScanner {
   /// Upper bound on files kept open; beyond it files are opened and closed per tick.
   void set_fd_budget(std::size_t n) { fd_budget_ = n; }
   std::size_t fds_open() const { return fds_open_; }
+  /// Lists /proc (finds new and gone pids, re-evaluates membership) only every n-th scan; the
+  /// scans in between re-read the known members. The engine raises n when a tick does not fit
+  /// its interval. Pids that exit in between are still seen (their reads fail).
+  void set_discover_every(unsigned n) { discover_every_ = n == 0 ? 1 : n; }
+  unsigned discover_every() const { return discover_every_; }
 
   /// Scans /proc once. `boottime_s` is CLOCK_BOOTTIME now, used to tell pids born since the
   /// previous scan (whose whole life counts) from pids first seen for another reason.
@@ -111,6 +117,8 @@ class ProcScanner {
   std::uint64_t page_size_;
   std::size_t fd_budget_ = 1024;
   std::size_t fds_open_ = 0;
+  unsigned discover_every_ = 1;
+  std::size_t total_pids_ = 0;
   int proc_dir_fd_ = -1;
 };
 

@@ -90,13 +90,14 @@ json setup(const std::string& path, const json& msg, Hosted& h) {
   for (Level l : *levels)
     if (h.collector->supports(l)) devices[std::string(level_name(l))] = h.collector->devices(l);
   // The pid context is what a native collector reads through the host API: always ask for it.
-  return {{"ok", true}, {"devices", devices}, {"context", true},
-          {"priority", h.collector->priority()}};
+  return {
+      {"ok", true}, {"devices", devices}, {"context", true}, {"priority", h.collector->priority()}};
 }
 
 json tick(const json& msg, Hosted& h) {
   const std::uint64_t n = msg.value("tick", std::uint64_t{0});
-  if (!h.collector) return {{"ok", false}, {"tick", n}, {"error", "tick before a successful setup"}};
+  if (!h.collector)
+    return {{"ok", false}, {"tick", n}, {"error", "tick before a successful setup"}};
   if (auto ok = protocol::parse_tick_request(msg, h.tick); !ok)
     return {{"ok", false}, {"tick", n}, {"error", ok.error().message}};
   TickContext& ctx = h.tick.ctx;
@@ -157,7 +158,8 @@ int run_plugin_host(const std::string& path) {
           reply = {{"ok", false}, {"error", fmt::format("unknown op '{}'", op)}};
       } catch (const std::exception& e) {
         reply = {{"ok", false}, {"error", e.what()}};
-        if (auto t = msg.find("tick"); t != msg.end() && t->is_number_unsigned()) reply["tick"] = *t;
+        if (auto t = msg.find("tick"); t != msg.end() && t->is_number_unsigned())
+          reply["tick"] = *t;
       }
     }
     if (!write_all(out, reply.dump(-1, ' ', false, json::error_handler_t::replace) + "\n")) break;

@@ -35,12 +35,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kSetupTimeoutS = 5.0;     ///< for the setup reply
-constexpr double kFirstBackoffS = 0.5;     ///< first restart delay after a death
-constexpr double kMaxBackoffS = 30.0;      ///< restart delays double up to this
-constexpr double kShutdownGraceS = 1.0;    ///< after {"op":"shutdown"}, before SIGTERM
-constexpr double kTermGraceS = 1.0;        ///< after SIGTERM, before SIGKILL
-constexpr int kPipeBytes = 1 << 20;        ///< requested size of the request pipe
+constexpr double kSetupTimeoutS = 5.0;   ///< for the setup reply
+constexpr double kFirstBackoffS = 0.5;   ///< first restart delay after a death
+constexpr double kMaxBackoffS = 30.0;    ///< restart delays double up to this
+constexpr double kShutdownGraceS = 1.0;  ///< after {"op":"shutdown"}, before SIGTERM
+constexpr double kTermGraceS = 1.0;      ///< after SIGTERM, before SIGKILL
+constexpr int kPipeBytes = 1 << 20;      ///< requested size of the request pipe
 
 timespec to_timespec(double s) {
   if (s < 0) s = 0;
@@ -67,7 +67,8 @@ Result<std::string> resolve_executable(const std::string& argv0) {
   std::size_t start = 0;
   while (start <= path.size()) {
     const auto colon = path.find(':', start);
-    std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    std::string dir =
+        path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
     if (dir.empty()) dir = ".";
     const std::string candidate = dir + "/" + argv0;
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
@@ -109,7 +110,7 @@ class ChildProcess {
   void stop(bool polite);
   /// For a child whose protocol is over (it closed its stdout, or the stream is corrupt): waits
   /// at most `wait_s` for it to exit by itself, then SIGKILL to its group. Reaps it if it can
-  /// without blocking; `reap_later` finishes the job.
+  /// without waiting longer; `reap_later` finishes the job.
   void kill_now(double wait_s);
   /// Reaps the child when it has exited; true once it is reaped.
   bool reap_later();
@@ -163,8 +164,8 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(const SpawnSpec& spec)
       for (int i = 0; i < 2; ++i)
         if (p[i] >= 0) ::close(p[i]);
   };
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 ||
-      ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(status, O_CLOEXEC) != 0) {
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
+      ::pipe2(status, O_CLOEXEC) != 0) {
     const int e = errno;
     close_all();
     return make_error(Errc::unavailable, fmt::format("cannot create pipes: {}", std::strerror(e)));
@@ -192,23 +193,22 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(const SpawnSpec& spec)
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    // dup2 clears close-on-exec on the copies; an fd that is already in place needs it cleared.
-    const int targets[3] = {in[0], out[1], err[1]};
-    for (int fd = 0; fd < 3; ++fd) {
-      if (targets[fd] == fd)
-        ::fcntl(fd, F_SETFD, 0);
-      else
-        ::dup2(targets[fd], fd);
-    }
+    // Everything is first moved above 2 (sonde may run with 0, 1 or 2 closed, so that a pipe
+    // end could sit where another one must go), then put in place; dup2 clears close-on-exec.
+    const int report = ::fcntl(status[1], F_DUPFD_CLOEXEC, 3);
+    const int moved[3] = {::fcntl(in[0], F_DUPFD_CLOEXEC, 3), ::fcntl(out[1], F_DUPFD_CLOEXEC, 3),
+                          ::fcntl(err[1], F_DUPFD_CLOEXEC, 3)};
+    for (int fd = 0; fd < 3; ++fd)
+      if (moved[fd] < 0 || ::dup2(moved[fd], fd) < 0) ::_exit(127);
 #ifdef SYS_close_range
-    // Nothing else of sonde's leaks into the plugin (all of it should be close-on-exec anyway),
+    // Nothing else of sonde's reaches the plugin (all of it should be close-on-exec anyway),
     // except the status pipe, which exec closes.
-    if (status[1] > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(status[1] - 1), 0u);
-    ::syscall(SYS_close_range, static_cast<unsigned>(status[1] + 1), ~0u, 0u);
+    if (report > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(report - 1), 0u);
+    ::syscall(SYS_close_range, static_cast<unsigned>(report + 1), ~0u, 0u);
 #endif
     ::execve(exe->c_str(), argv.data(), envp.data());
     const int e = errno;
-    (void)!::write(status[1], &e, sizeof e);
+    (void)!::write(report, &e, sizeof e);
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also here, so that the group exists whichever side runs first
@@ -233,8 +233,8 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(const SpawnSpec& spec)
   for (int fd : {c->in_, c->out_, c->err_}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   if (n == static_cast<ssize_t>(sizeof exec_errno)) {
     c->stop(false);
-    return make_error(Errc::unavailable, fmt::format("cannot run '{}': {}", spec.argv[0],
-                                                     std::strerror(exec_errno)));
+    return make_error(Errc::unavailable,
+                      fmt::format("cannot run '{}': {}", spec.argv[0], std::strerror(exec_errno)));
   }
   return c;
 }
@@ -382,18 +382,13 @@ void ChildProcess::kill_now(double wait_s) {
   const double until = monotonic_now() + wait_s;
   while (!try_reap() && monotonic_now() < until) {
     pump_stderr();
-    const timespec ts = to_timespec(std::min(0.002, until - monotonic_now()));
+    const timespec ts = to_timespec(std::min(0.001, until - monotonic_now()));
     ::nanosleep(&ts, nullptr);
   }
   pump_stderr();
   if (!reaped_) {
     ::kill(-pid_, SIGKILL);
-    // SIGKILL ends a process in microseconds, unless it is stuck in the kernel.
-    const double until_killed = monotonic_now() + 0.005;
-    while (!try_reap() && monotonic_now() < until_killed) {
-      const timespec ts = to_timespec(0.0005);
-      ::nanosleep(&ts, nullptr);
-    }
+    (void)try_reap();  // rarely done yet: reap_later() finishes the job
   }
 }
 
@@ -464,7 +459,7 @@ class ProcessCollector final : public Collector {
  private:
   enum class State { up, starting, down, stopped };
 
-  Result<void> launch();
+  Result<void> launch(double wait_s);
   void child_gone(const std::string& why, double wait_s);
   void fail_tick(std::string message) { tick_error_ = std::move(message); }
   bool await_setup(double deadline);
@@ -483,6 +478,7 @@ class ProcessCollector final : public Collector {
   std::array<std::optional<std::size_t>, kNumLevels> devices_{};
   bool context_ = false;
   int priority_ = 0;
+  double deadline_ = 0;        ///< of the current tick
   double setup_deadline_ = 0;  ///< while starting
   double restart_at_ = 0;      ///< while down
   double backoff_s_ = kFirstBackoffS;
@@ -498,24 +494,26 @@ class ProcessCollector final : public Collector {
   bool learnt_ = false;
 };
 
-Result<void> ProcessCollector::launch() {
+// Starts the child and sends the setup request; `wait_s` bounds the wait for a child that
+// refused it, to say how it ended.
+Result<void> ProcessCollector::launch(double wait_s) {
   auto child = ChildProcess::start(spec_);
   if (!child) return child.error();
   child_ = std::move(*child);
   const std::string request = protocol::setup_request(args_, candidates_, skip_kwargs_);
   if (child_->write(request, monotonic_now() + kSetupTimeoutS) != ChildProcess::Io::ok) {
-    child_->kill_now(0.05);
+    child_->kill_now(wait_s);
     const std::string ended = child_->how_it_ended();
     child_.reset();
-    return make_error(Errc::unavailable,
-                      fmt::format("it did not read its setup request{}",
-                                  ended.empty() ? "" : " (" + ended + ")"));
+    return make_error(Errc::unavailable, ended.empty()
+                                             ? std::string("it did not read its setup request")
+                                             : fmt::format("it {} before answering setup", ended));
   }
   return {};
 }
 
 Result<void> ProcessCollector::setup() {
-  if (auto ok = launch(); !ok) return ok;
+  if (auto ok = launch(0.05); !ok) return ok;
   std::string line;
   const auto io = child_->read_line(line, monotonic_now() + kSetupTimeoutS);
   std::string why;
@@ -534,8 +532,8 @@ Result<void> ProcessCollector::setup() {
   } else {
     child_->kill_now(0.2);
     why = fmt::format("it {} before answering setup", child_->how_it_ended().empty()
-                                                           ? std::string("closed its stdout")
-                                                           : child_->how_it_ended());
+                                                          ? std::string("closed its stdout")
+                                                          : child_->how_it_ended());
   }
   child_->stop(false);
   child_.reset();
@@ -559,7 +557,9 @@ void ProcessCollector::child_gone(const std::string& why, double wait_s) {
   if (child_) {
     // A child that stayed up for a while starts the backoff over.
     if (now - child_->started_at() > kMaxBackoffS) backoff_s_ = kFirstBackoffS;
-    child_->kill_now(wait_s);
+    // A child that closed its stdout is usually exiting: a moment to see how it ended, within
+    // this tick's deadline; the reaping is finished later otherwise.
+    child_->kill_now(std::clamp(deadline_ - now, 0.0, wait_s));
     ended = child_->how_it_ended();
     if (!child_->reap_later()) dying_.push_back(std::move(child_));
     child_.reset();
@@ -619,8 +619,10 @@ void ProcessCollector::exchange(const TickContext& ctx, double deadline) {
   while (outstanding_) {
     const auto io = child_->read_line(line, deadline);
     if (io == ChildProcess::Io::timeout) {
-      fail_tick(fmt::format("still busy with tick {} (sent {:.0f} ms ago)", *outstanding_,
-                            (monotonic_now() - outstanding_since_) * 1e3));
+      fail_tick(fmt::format(
+          "no reply within its deadline of {:.1f} ms: still busy with tick {} "
+          "(sent {:.0f} ms ago)",
+          args_.deadline_s * 1e3, *outstanding_, (monotonic_now() - outstanding_since_) * 1e3));
       return;
     }
     if (io != ChildProcess::Io::ok) {
@@ -674,6 +676,7 @@ void ProcessCollector::exchange(const TickContext& ctx, double deadline) {
 void ProcessCollector::snapshot(const TickContext& ctx) {
   const double now = monotonic_now();
   const double deadline = now + args_.deadline_s;
+  deadline_ = deadline;
   tick_error_.clear();
   for (auto& v : values_) v.reset();
   if (!learnt_ && asked_now_) {
@@ -692,7 +695,7 @@ void ProcessCollector::snapshot(const TickContext& ctx) {
       fail_tick(fmt::format("{}; restarting in {:.1f} s", down_reason_, restart_at_ - now));
       return;
     }
-    if (auto ok = launch(); !ok) {
+    if (auto ok = launch(0); !ok) {
       child_gone(ok.error().message, 0);
       return;
     }
@@ -772,13 +775,13 @@ Result<std::unique_ptr<Collector>> make_process_collector(std::vector<std::strin
   SpawnSpec spec;
   spec.argv = std::move(command);
   spec.name = args.name;
-  return std::unique_ptr<Collector>(new ProcessCollector(std::move(spec), std::move(source),
-                                                         std::move(file), args, {}));
+  return std::unique_ptr<Collector>(
+      new ProcessCollector(std::move(spec), std::move(source), std::move(file), args, {}));
 }
 
 TargetFactory exec_factory() {
-  return {"exec", [](const std::string&, const CollectorArgs& args)
-                      -> Result<std::unique_ptr<Collector>> {
+  return {"exec",
+          [](const std::string&, const CollectorArgs& args) -> Result<std::unique_ptr<Collector>> {
             auto it = args.raw_kwargs.find("command");
             if (it == args.raw_kwargs.end())
               return make_error(Errc::config,
@@ -822,8 +825,9 @@ TargetFactory exec_factory() {
 }
 
 TargetFactory python_factory() {
-  return {"python:", [](const std::string& target, const CollectorArgs& args)
-                         -> Result<std::unique_ptr<Collector>> {
+  return {"python:",
+          [](const std::string& target,
+             const CollectorArgs& args) -> Result<std::unique_ptr<Collector>> {
             const std::string what = target.substr(std::string_view("python:").size());
             bool ok = what.find('.') != std::string::npos;
             for (std::size_t start = 0; ok && start <= what.size();) {
@@ -834,10 +838,11 @@ TargetFactory python_factory() {
               start = dot + 1;
             }
             if (!ok)
-              return make_error(Errc::config,
-                                fmt::format("collector '{}': _target_ '{}' expected "
-                                            "python:MODULE.CLASS (e.g. python:my_site.ib.IbCollector)",
-                                            args.name, target));
+              return make_error(
+                  Errc::config,
+                  fmt::format("collector '{}': _target_ '{}' expected "
+                              "python:MODULE.CLASS (e.g. python:my_site.ib.IbCollector)",
+                              args.name, target));
             auto dir = python_dir();
             if (!dir) return dir.error();
             std::string pythonpath = *dir;

@@ -29,7 +29,9 @@ std::string describe(const json& v) {
   }
 }
 
-Error value_error(std::string message) { return make_error(Errc::failed, std::move(message)); }
+Error value_error(std::string message) {
+  return make_error(Errc::failed, std::move(message));
+}
 
 // One number of a value; `allow_null` maps null to NaN ("not measured").
 Result<double> number(const json& v, bool allow_null, std::string_view where) {
@@ -54,7 +56,9 @@ Result<std::vector<double>> numbers(const json& v, bool allow_null, std::string_
   return out;
 }
 
-json finite_or_null(double d) { return std::isfinite(d) ? json(d) : json(nullptr); }
+json finite_or_null(double d) {
+  return std::isfinite(d) ? json(d) : json(nullptr);
+}
 
 json doubles_to_json(const std::vector<double>& values) {
   json a = json::array();
@@ -112,9 +116,10 @@ Result<RawValue> raw_from_json(const json& v, std::string_view accepts) {
   }
   if (accepts == "per-device vectors") {
     if (!v.is_array())
-      return value_error(fmt::format("expected per-device vectors (a list of lists of numbers), "
-                                     "got {}",
-                                     describe(v)));
+      return value_error(
+          fmt::format("expected per-device vectors (a list of lists of numbers), "
+                      "got {}",
+                      describe(v)));
     MultiPerDevice m;
     for (std::size_t i = 0; i < v.size(); ++i) {
       auto out = numbers(v[i], true, fmt::format("metric {}", i));
@@ -285,9 +290,10 @@ std::string tick_request(const TickContext& ctx, std::span<const Level> levels, 
   // Built by hand: this is the per-tick hot path and holds only numbers and level names.
   std::string out;
   out.reserve(160);
-  fmt::format_to(std::back_inserter(out),
-                 "{{\"op\":\"tick\",\"tick\":{},\"time\":{},\"wallclock\":{},\"dt\":{},\"levels\":[",
-                 ctx.tick, ctx.time_s, ctx.wallclock_s, ctx.dt_s);
+  fmt::format_to(
+      std::back_inserter(out),
+      "{{\"op\":\"tick\",\"tick\":{},\"time\":{},\"wallclock\":{},\"dt\":{},\"levels\":[", ctx.tick,
+      ctx.time_s, ctx.wallclock_s, ctx.dt_s);
   for (std::size_t i = 0; i < levels.size(); ++i) {
     if (i) out += ',';
     out += '"';
@@ -325,7 +331,8 @@ std::string tick_request(const TickContext& ctx, std::span<const Level> levels, 
       for (std::uint32_t i : idx) pids.push_back(snap.pids[i].pid);
       members[std::string(level_name(l))] = std::move(pids);
     }
-    json c = {{"total_pids", snap.total_pids}, {"procs", std::move(procs)},
+    json c = {{"total_pids", snap.total_pids},
+              {"procs", std::move(procs)},
               {"members", std::move(members)}};
     out += ",\"context\":";
     out += c.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -382,7 +389,8 @@ Result<SetupReply> parse_setup_reply(std::string_view line) {
     r.devices[level_index(*level)] = n.get<std::size_t>();
   }
   if (auto c = j.find("context"); c != j.end() && c->is_boolean()) r.context = c->get<bool>();
-  if (auto p = j.find("priority"); p != j.end() && p->is_number_integer()) r.priority = p->get<int>();
+  if (auto p = j.find("priority"); p != j.end() && p->is_number_integer())
+    r.priority = p->get<int>();
   return r;
 }
 
@@ -429,7 +437,8 @@ Result<std::vector<Level>> parse_levels(const json& msg) {
   if (!levels->is_array()) return make_error(Errc::parse, "\"levels\" must be a list of names");
   for (const auto& name : *levels) {
     auto l = name.is_string() ? parse_level(name.get<std::string>()) : std::nullopt;
-    if (!l) return make_error(Errc::parse, fmt::format("\"levels\": unknown level {}", name.dump()));
+    if (!l)
+      return make_error(Errc::parse, fmt::format("\"levels\": unknown level {}", name.dump()));
     out.push_back(*l);
   }
   return out;

@@ -137,7 +137,9 @@ static void loadavg_collect(void* self_, sonde_level level, const sonde_tick* ti
     self->api->set_error(out, err);
 }
 
-static void loadavg_destroy(void* self) { free(self); }
+static void loadavg_destroy(void* self) {
+  free(self);
+}
 
 static const sonde_collector_v1 loadavg_table = {
     .struct_size = sizeof(sonde_collector_v1),
@@ -164,4 +166,6 @@ static const sonde_plugin loadavg_plugin = {
     .capability = loadavg_capability,
 };
 
-SONDE_PLUGIN_EXPORT const sonde_plugin* sonde_plugin_entry(void) { return &loadavg_plugin; }
+SONDE_PLUGIN_EXPORT const sonde_plugin* sonde_plugin_entry(void) {
+  return &loadavg_plugin;
+}
