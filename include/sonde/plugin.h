@@ -49,33 +49,33 @@ typedef struct sonde_pid_info {
   uint32_t struct_size; /**< sizeof(sonde_pid_info) of the host */
   int32_t pid;
   int32_t ppid;
-  uint32_t uid;                  /**< real uid */
-  double cpu_s;                  /**< utime + stime, seconds */
-  double child_cpu_s;            /**< cutime + cstime, seconds */
-  double cpu_delta_s;            /**< own CPU seconds since the previous tick */
-  double child_cpu_delta_s;      /**< growth of child_cpu_s since the previous tick */
-  uint64_t rss_bytes;            /**< resident set size, bytes */
-  int32_t io_valid;              /**< 1 when the io fields below were readable */
-  int32_t processor;             /**< CPU last run on */
-  uint64_t read_bytes;           /**< storage bytes read, cumulative */
-  uint64_t write_bytes;          /**< storage bytes written, cumulative */
-  uint64_t syscr;                /**< read syscalls, cumulative */
-  uint64_t syscw;                /**< write syscalls, cumulative */
+  uint32_t uid;             /**< real uid */
+  double cpu_s;             /**< utime + stime, seconds */
+  double child_cpu_s;       /**< cutime + cstime, seconds */
+  double cpu_delta_s;       /**< own CPU seconds since the previous tick */
+  double child_cpu_delta_s; /**< growth of child_cpu_s since the previous tick */
+  uint64_t rss_bytes;       /**< resident set size, bytes */
+  int32_t io_valid;         /**< 1 when the io fields below were readable */
+  int32_t processor;        /**< CPU last run on */
+  uint64_t read_bytes;      /**< storage bytes read, cumulative */
+  uint64_t write_bytes;     /**< storage bytes written, cumulative */
+  uint64_t syscr;           /**< read syscalls, cumulative */
+  uint64_t syscw;           /**< write syscalls, cumulative */
   int64_t num_threads;
-  const char* comm;              /**< command name, valid during the call */
+  const char* comm; /**< command name, valid during the call */
 } sonde_pid_info;
 
 /** What the node and the target may use (given only to collectors that inject node_info). */
 typedef struct sonde_node_info {
   uint32_t struct_size;
   int32_t num_system_cpus;
-  double num_cpus;                  /**< CPUs available to the target (affinity, cgroup quota) */
-  const int32_t* cpu_handles;       /**< CPU ids the target may run on */
+  double num_cpus;            /**< CPUs available to the target (affinity, cgroup quota) */
+  const int32_t* cpu_handles; /**< CPU ids the target may run on */
   size_t num_cpu_handles;
   uint64_t mem_total_bytes;
-  uint64_t memory_limit_bytes[4];   /**< per sonde_level */
+  uint64_t memory_limit_bytes[4]; /**< per sonde_level */
   int32_t num_gpus;
-  const char* gpu_name;             /**< "" when there is no GPU */
+  const char* gpu_name; /**< "" when there is no GPU */
   double gpu_memory_gib;
   const char* hostname;
 } sonde_node_info;
@@ -95,19 +95,20 @@ typedef struct sonde_host_api {
   const char* (*kwarg_list_item)(const sonde_host* host, const char* key, size_t index);
 
   /* Injected values (DESIGN.md "Injection"); only what the YAML entry's `inject` asked for. */
-  int (*injected)(const sonde_host* host, const char* key); /**< 1 when `key` was asked for */
+  int (*injected)(const sonde_host* host, const char* key);    /**< 1 when `key` was asked for */
   const sonde_node_info* (*node_info)(const sonde_host* host); /**< NULL unless node_info */
-  int32_t (*target_pid)(const sonde_host* host);  /**< 0 without a target */
+  int32_t (*target_pid)(const sonde_host* host);               /**< 0 without a target */
   uint32_t (*target_uid)(const sonde_host* host);
   const char* (*slurm_job)(const sonde_host* host); /**< NULL outside a Slurm job */
-  /** Writes a line to sonde's log, prefixed with the collector's name. severity: 0 info, 1 warning. */
+  /** Writes a line to sonde's log, prefixed with the collector's name. severity: 0 info, 1 warning.
+   */
   void (*log)(const sonde_host* host, int severity, const char* message);
 
   /* The tick's context. */
   uint64_t (*tick_index)(const sonde_tick* tick);
   double (*tick_time_s)(const sonde_tick* tick);      /**< CLOCK_MONOTONIC seconds */
   double (*tick_wallclock_s)(const sonde_tick* tick); /**< epoch seconds */
-  double (*tick_dt_s)(const sonde_tick* tick);        /**< since the previous tick, 0 at the first */
+  double (*tick_dt_s)(const sonde_tick* tick); /**< since the previous tick, 0 at the first */
   size_t (*level_size)(const sonde_tick* tick, sonde_level level); /**< pids in the level */
   /** The index-th pid of a level (not the system level: use total_pids). */
   const sonde_pid_info* (*level_pid)(const sonde_tick* tick, sonde_level level, size_t index);
@@ -154,7 +155,7 @@ typedef struct sonde_plugin {
   uint32_t struct_size; /**< sizeof(sonde_plugin) of the plugin */
   const char* name;     /**< short name, [A-Za-z0-9_-]+ */
   const char* description;
-  int32_t priority;     /**< order of hooks; core is 0, lower runs first */
+  int32_t priority; /**< order of hooks; core is 0, lower runs first */
   /** Returns the table for a capability id, or NULL when the plugin lacks it. */
   const void* (*capability)(uint32_t id);
   void* reserved[8];
@@ -168,7 +169,8 @@ typedef const sonde_plugin* (*sonde_plugin_entry_fn)(void);
 #define SONDE_PLUGIN_VISIBLE
 #endif
 
-/** Declares the entry function: `SONDE_PLUGIN_EXPORT const sonde_plugin* sonde_plugin_entry(void)`. */
+/** Declares the entry function: `SONDE_PLUGIN_EXPORT const sonde_plugin* sonde_plugin_entry(void)`.
+ */
 #ifdef __cplusplus
 #define SONDE_PLUGIN_EXPORT extern "C" SONDE_PLUGIN_VISIBLE
 #else

@@ -1,15 +1,17 @@
 #include <cstdlib>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
 #include "plugins/plugins.hpp"
 
 namespace sonde::cli {
 
-void print_error(const std::string& message) { std::cerr << "sonde: error: " << message << "\n"; }
+void print_error(const std::string& message) {
+  std::cerr << "sonde: error: " << message << "\n";
+}
 
 Registry make_registry() {
   Registry registry;
@@ -34,9 +36,10 @@ Result<std::vector<Level>> parse_levels(const std::string& text) {
         text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     auto l = parse_level(name);
     if (!l)
-      return make_error(Errc::config, fmt::format("--levels: unknown level '{}' (expected a "
-                                                  "comma-separated list of process, user, slurm, system)",
-                                                  name));
+      return make_error(Errc::config,
+                        fmt::format("--levels: unknown level '{}' (expected a "
+                                    "comma-separated list of process, user, slurm, system)",
+                                    name));
     for (Level seen : out)
       if (seen == *l)
         return make_error(Errc::config, fmt::format("--levels: '{}' is given twice", name));
@@ -80,7 +83,8 @@ void add_common(CLI::App* app, CommonOptions& o, bool outputs) {
   if (outputs) {
     app->add_option("--out", o.out, "run directory (default: a new one under ./sonde-runs/)");
     app->add_flag("--quiet", o.quiet, "print no summary");
-    app->add_option("--summary-json", o.summary_json, "also write the summary as JSON to this file");
+    app->add_option("--summary-json", o.summary_json,
+                    "also write the summary as JSON to this file");
   }
 }
 }  // namespace
@@ -94,21 +98,26 @@ int run_cli(int argc, char** argv) {
 
   auto* run = app.add_subcommand("run", "run a command and record what it used");
   add_common(run, common, true);
-  run->add_option("command", session.command, "the command and its arguments (after --)")->required();
+  run->add_option("command", session.command, "the command and its arguments (after --)")
+      ->required();
 
   auto* record = app.add_subcommand("record", "record a running process, or the node");
   add_common(record, common, true);
-  auto* pid_opt = record->add_option("--pid", session.pid, "process to record (with its descendants)");
+  auto* pid_opt =
+      record->add_option("--pid", session.pid, "process to record (with its descendants)");
   auto* sys_opt = record->add_flag("--system", session.system_only, "record the node only");
   pid_opt->excludes(sys_opt);
   record->add_option("--duration", session.duration_s, "stop after this many seconds");
 
-  auto* stream = app.add_subcommand("stream", "JSON lines on stdout (JUmPER's native-collector protocol)");
+  auto* stream =
+      app.add_subcommand("stream", "JSON lines on stdout (JUmPER's native-collector protocol)");
   add_common(stream, common, false);
-  stream->add_option("--target-pid", session.pid, "process to monitor (default: the parent process)");
+  stream->add_option("--target-pid", session.pid,
+                     "process to monitor (default: the parent process)");
 
   bool timing = false;
-  auto* collectors = app.add_subcommand("collectors", "list the configured collectors and their columns");
+  auto* collectors =
+      app.add_subcommand("collectors", "list the configured collectors and their columns");
   collectors->add_option("--config", common.config_file, "configuration file, merged last");
   collectors->add_flag("--timing", timing, "measure the cost per tick of each collector");
 
@@ -123,8 +132,9 @@ int run_cli(int argc, char** argv) {
   check->add_option("file", check_file, "the file")->required();
 
   std::string host_file;
-  auto* host = app.add_subcommand("plugin-host", "serve a native plugin over the plugin protocol "
-                                                 "(what isolate: true runs)");
+  auto* host = app.add_subcommand("plugin-host",
+                                  "serve a native plugin over the plugin protocol "
+                                  "(what isolate: true runs)");
   host->group("");  // internal: hidden from --help
   host->add_option("file", host_file, "plugin library")->required();
 

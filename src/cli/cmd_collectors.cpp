@@ -41,11 +41,15 @@ int cmd_collectors(const CommonOptions& common, bool timing) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  std::cout << fmt::format("levels: {}   interval: {} s\n", fmt::join([&] {
-    std::vector<std::string> names;
-    for (Level l : engine.levels()) names.emplace_back(level_name(l));
-    return names;
-  }(), ","), engine.interval_s());
+  std::cout << fmt::format("levels: {}   interval: {} s\n",
+                           fmt::join(
+                               [&] {
+                                 std::vector<std::string> names;
+                                 for (Level l : engine.levels()) names.emplace_back(level_name(l));
+                                 return names;
+                               }(),
+                               ","),
+                           engine.interval_s());
   if (timing)
     std::cout << fmt::format("/proc scan: {:.1f} us per tick over {} ticks ({} pids)\n",
                              engine.scan_s() / static_cast<double>(engine.ticks()) * 1e6,
@@ -56,8 +60,9 @@ int cmd_collectors(const CommonOptions& common, bool timing) {
     std::cout << fmt::format("\n{}\n", s.spec.name);
     std::cout << fmt::format("  target   {}\n", s.spec.target);
     if (s.collector) {
-      std::cout << fmt::format("  source   {}{}\n", s.collector->source(),
-                               s.collector->file().empty() ? std::string() : " (" + s.collector->file() + ")");
+      std::cout << fmt::format(
+          "  source   {}{}\n", s.collector->source(),
+          s.collector->file().empty() ? std::string() : " (" + s.collector->file() + ")");
       std::cout << fmt::format("  priority {}\n", s.collector->priority());
     } else if (s.factory) {
       std::cout << fmt::format("  source   {}\n", s.factory->prefix);

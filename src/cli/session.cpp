@@ -30,7 +30,9 @@ extern char** environ;
 namespace sonde::cli {
 namespace {
 
-int pidfd_open(int pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_open(int pid) {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
 
 timespec to_timespec(double s) {
   if (s < 0) s = 0;
@@ -138,8 +140,8 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   if (streaming) {
     stream.emplace(STDOUT_FILENO);
   } else {
-    const std::string dir = !common.out.empty() ? common.out
-                                                : RunDirSink::default_dir(cfg->out_dir, so.command);
+    const std::string dir =
+        !common.out.empty() ? common.out : RunDirSink::default_dir(cfg->out_dir, so.command);
     meta["target_pid"] = target_pid;
     auto sink = RunDirSink::create(dir, engine, meta);
     if (!sink) {
@@ -216,8 +218,8 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   while (!stop) {
     sample();
     if (stop) break;
-    if (!target_gone && so.mode != Mode::run && target_pid > 0 && !so.system_only && target_fd < 0 &&
-        ::kill(target_pid, 0) != 0 && errno == ESRCH)
+    if (!target_gone && so.mode != Mode::run && target_pid > 0 && !so.system_only &&
+        target_fd < 0 && ::kill(target_pid, 0) != 0 && errno == ESRCH)
       break;
     // Next slot on the absolute schedule; slots that passed while sampling are counted, not
     // invented.
@@ -256,7 +258,8 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
             // Without a pidfd (kernels before 5.3) the command's exit is seen here.
             siginfo_t info{};
             if (so.mode == Mode::run && target_fd < 0 &&
-                ::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                ::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOHANG | WNOWAIT) ==
+                    0 &&
                 info.si_pid == child) {
               target_gone = true;
               sample();
@@ -267,7 +270,8 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
           if (so.mode == Mode::run) {
             // A signal from the terminal already reached the command (same process group);
             // one sent to sonde alone is passed on. sonde keeps sampling until the command exits.
-            const bool from_kill = si.ssi_code == SI_USER || si.ssi_code == SI_QUEUE || si.ssi_code == SI_TKILL;
+            const bool from_kill =
+                si.ssi_code == SI_USER || si.ssi_code == SI_QUEUE || si.ssi_code == SI_TKILL;
             if (from_kill && static_cast<pid_t>(si.ssi_pid) != child) ::kill(child, sig);
           } else {
             stop = true;

@@ -5,7 +5,9 @@
 
 namespace sonde {
 
-void Registry::add(CollectorInfo info) { infos_.push_back(std::move(info)); }
+void Registry::add(CollectorInfo info) {
+  infos_.push_back(std::move(info));
+}
 
 const CollectorInfo* Registry::find(const std::string& target) const {
   for (const auto& i : infos_) {
@@ -17,7 +19,9 @@ const CollectorInfo* Registry::find(const std::string& target) const {
   return nullptr;
 }
 
-void Registry::add_factory(TargetFactory factory) { factories_.push_back(std::move(factory)); }
+void Registry::add_factory(TargetFactory factory) {
+  factories_.push_back(std::move(factory));
+}
 
 const TargetFactory* Registry::find_factory(const std::string& target) const {
   for (const auto& f : factories_) {

@@ -45,7 +45,7 @@ struct ParamSpec {
 struct CollectorArgs {
   std::string name;
   const Roots* roots = nullptr;
-  const NodeInfo* node = nullptr;     ///< set only when inject has node_info
+  const NodeInfo* node = nullptr;  ///< set only when inject has node_info
   const TargetInfo* target = nullptr;
   std::vector<std::string> inject;
   std::map<std::string, ParamValue> params;  ///< every ParamSpec, defaults filled in
@@ -107,7 +107,7 @@ struct TargetFactory {
 };
 
 struct CollectorInfo {
-  std::string target;        ///< e.g. "sonde.collectors.cpu"
+  std::string target;  ///< e.g. "sonde.collectors.cpu"
   std::string description;
   std::vector<ParamSpec> params;
   bool needs_node_info = false;  ///< built after GPU discovery even if inject omits node_info
@@ -134,6 +134,7 @@ class Registry {
 void register_builtin_collectors(Registry& registry);
 
 /// Checks a kwarg against a parameter spec; errors name the origin and the expected type.
-Result<ParamValue> convert_param(const ParamSpec& spec, const KwArg& arg, const std::string& collector);
+Result<ParamValue> convert_param(const ParamSpec& spec, const KwArg& arg,
+                                 const std::string& collector);
 
 }  // namespace sonde

@@ -29,24 +29,24 @@ struct KwArg {
 };
 
 struct HandlerSpec {
-  std::string target;                          ///< e.g. "CumulativeRateHandler" (short name)
-  std::optional<std::string> column;           ///< ScalarHandler
-  std::optional<std::string> prefix;           ///< PerDevice(Multi)AggregateHandler
-  std::vector<std::string> metrics;            ///< PerDeviceMultiAggregateHandler
-  std::vector<std::string> columns;            ///< CumulativeRateHandler
+  std::string target;                 ///< e.g. "CumulativeRateHandler" (short name)
+  std::optional<std::string> column;  ///< ScalarHandler
+  std::optional<std::string> prefix;  ///< PerDevice(Multi)AggregateHandler
+  std::vector<std::string> metrics;   ///< PerDeviceMultiAggregateHandler
+  std::vector<std::string> columns;   ///< CumulativeRateHandler
   Origin origin;
 };
 
 struct CollectorSpec {
-  std::string name;                            ///< the key under collectors:
-  std::string target;                          ///< "_target_", e.g. "sonde.collectors.cpu"
-  Origin target_origin;                        ///< where _target_ was given
-  std::vector<std::string> inject;             ///< subset of kInjectKeys
+  std::string name;                 ///< the key under collectors:
+  std::string target;               ///< "_target_", e.g. "sonde.collectors.cpu"
+  Origin target_origin;             ///< where _target_ was given
+  std::vector<std::string> inject;  ///< subset of kInjectKeys
   bool enabled = true;
-  std::optional<double> timeout_s;             ///< per-collect deadline; default: interval / 2
+  std::optional<double> timeout_s;  ///< per-collect deadline; default: interval / 2
   HandlerSpec handler;
-  std::map<std::string, KwArg> kwargs;         ///< every other key
-  Origin origin;                               ///< where the entry was last defined
+  std::map<std::string, KwArg> kwargs;  ///< every other key
+  Origin origin;                        ///< where the entry was last defined
 };
 
 inline constexpr const char* kInjectKeys[] = {"node_info", "pid", "process", "uid", "slurm_job"};

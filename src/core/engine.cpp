@@ -53,9 +53,15 @@ std::size_t fd_budget() {
 }
 }  // namespace
 
-double monotonic_now() { return clock_s(CLOCK_MONOTONIC); }
-double wallclock_now() { return clock_s(CLOCK_REALTIME); }
-double boottime_now() { return clock_s(CLOCK_BOOTTIME); }
+double monotonic_now() {
+  return clock_s(CLOCK_MONOTONIC);
+}
+double wallclock_now() {
+  return clock_s(CLOCK_REALTIME);
+}
+double boottime_now() {
+  return clock_s(CLOCK_BOOTTIME);
+}
 
 std::string_view state_name(CollectorState s) {
   switch (s) {
@@ -105,8 +111,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
     if (!e->active_[level_index(l)]) e->levels_.push_back(l);
     e->active_[level_index(l)] = true;
   }
-  if (e->levels_.empty())
-    return make_error(Errc::config, "no level left to sample");
+  if (e->levels_.empty()) return make_error(Errc::config, "no level left to sample");
 
   auto node = discover_node_info(e->opts_.roots, target);
   if (!node) return make_error(Errc::unavailable, node.error().message);
@@ -126,10 +131,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
     if (slot.info == nullptr && slot.factory == nullptr) {
       std::vector<std::string> known;
       for (const auto& i : registry.all()) known.push_back(i.target);
-      return make_error(Errc::config,
-                        fmt::format("{}: collector '{}': unknown _target_ '{}' (expected one of: {}, "
-                                    "or plugin:FILE.so, python:MODULE.CLASS, exec)",
-                                    spec.target_origin.line ? spec.target_origin.str() : spec.origin.str(), spec.name, spec.target, fmt::join(known, ", ")));
+      return make_error(
+          Errc::config,
+          fmt::format("{}: collector '{}': unknown _target_ '{}' (expected one of: {}, "
+                      "or plugin:FILE.so, python:MODULE.CLASS, exec)",
+                      spec.target_origin.line ? spec.target_origin.str() : spec.origin.str(),
+                      spec.name, spec.target, fmt::join(known, ", ")));
     }
     auto handler = make_handler(spec.handler);
     if (!handler) return handler.error();
@@ -173,25 +180,25 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
         }
         slot.collector = std::move(*made);
       } else {
-      for (const ParamSpec& p : slot.info->params) args.params[p.name] = p.default_value;
-      for (const auto& [key, arg] : slot.spec.kwargs) {
-        auto p = std::find_if(slot.info->params.begin(), slot.info->params.end(),
-                              [&](const ParamSpec& ps) { return ps.name == key; });
-        if (p == slot.info->params.end()) {
-          std::vector<std::string> names;
-          for (const auto& ps : slot.info->params) names.push_back(ps.name);
-          return make_error(
-              Errc::config,
-              fmt::format("{}: collector '{}' ({}) has no parameter '{}' (expected {})",
-                          arg.origin.str(), slot.spec.name, slot.info->target, key,
-                          names.empty() ? std::string("none")
-                                        : fmt::format("one of: {}", fmt::join(names, ", "))));
+        for (const ParamSpec& p : slot.info->params) args.params[p.name] = p.default_value;
+        for (const auto& [key, arg] : slot.spec.kwargs) {
+          auto p = std::find_if(slot.info->params.begin(), slot.info->params.end(),
+                                [&](const ParamSpec& ps) { return ps.name == key; });
+          if (p == slot.info->params.end()) {
+            std::vector<std::string> names;
+            for (const auto& ps : slot.info->params) names.push_back(ps.name);
+            return make_error(
+                Errc::config,
+                fmt::format("{}: collector '{}' ({}) has no parameter '{}' (expected {})",
+                            arg.origin.str(), slot.spec.name, slot.info->target, key,
+                            names.empty() ? std::string("none")
+                                          : fmt::format("one of: {}", fmt::join(names, ", "))));
+          }
+          auto v = convert_param(*p, arg, slot.spec.name);
+          if (!v) return v.error();
+          args.params[key] = std::move(*v);
         }
-        auto v = convert_param(*p, arg, slot.spec.name);
-        if (!v) return v.error();
-        args.params[key] = std::move(*v);
-      }
-      slot.collector = slot.info->make(args);
+        slot.collector = slot.info->make(args);
       }
       auto ok = slot.collector->setup();
       if (!ok) {
@@ -218,15 +225,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
       auto names = slot.handler->columns(slot.collector->devices(l));
       for (const auto& n : names) {
         if (n == "time" || n == "wallclock")
-          return make_error(Errc::config, fmt::format("{}: collector '{}': column '{}' is reserved",
-                                                      slot.spec.handler.origin.str(), slot.spec.name, n));
+          return make_error(Errc::config,
+                            fmt::format("{}: collector '{}': column '{}' is reserved",
+                                        slot.spec.handler.origin.str(), slot.spec.name, n));
         auto [it, fresh] = owner.emplace(n, &slot);
         if (!fresh)
-          return make_error(Errc::config,
-                            fmt::format("{}: collector '{}': duplicate column '{}' (already written "
-                                        "by collector '{}', {})",
-                                        slot.spec.handler.origin.str(), slot.spec.name, n,
-                                        it->second->spec.name, it->second->spec.handler.origin.str()));
+          return make_error(
+              Errc::config,
+              fmt::format("{}: collector '{}': duplicate column '{}' (already written "
+                          "by collector '{}', {})",
+                          slot.spec.handler.origin.str(), slot.spec.name, n, it->second->spec.name,
+                          it->second->spec.handler.origin.str()));
       }
       slot.at_level[level_index(l)] = true;
       slot.offset[level_index(l)] = cols.size();
@@ -244,7 +253,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
   // Hooks run in priority order (core = 0, lower first); equal priorities keep config order.
   for (std::size_t i = 0; i < e->slots_.size(); ++i) e->call_order_.push_back(i);
   std::stable_sort(e->call_order_.begin(), e->call_order_.end(), [&](std::size_t a, std::size_t b) {
-    auto prio = [&](std::size_t i) { return e->slots_[i].collector ? e->slots_[i].collector->priority() : 0; };
+    auto prio = [&](std::size_t i) {
+      return e->slots_[i].collector ? e->slots_[i].collector->priority() : 0;
+    };
     return prio(a) < prio(b);
   });
   e->scanner_ = std::make_unique<ProcScanner>(e->opts_.roots, target, e->active_, needs);
@@ -290,20 +301,22 @@ std::string Engine::collect_slot(CollectorSlot& slot, const TickContext& ctx) {
   return handle_results(slot, ctx, *results);
 }
 
-std::string Engine::handle_results(CollectorSlot& slot, const TickContext& ctx,
-                                   std::array<std::optional<Result<RawValue>>, kNumLevels>& results) {
+std::string Engine::handle_results(
+    CollectorSlot& slot, const TickContext& ctx,
+    std::array<std::optional<Result<RawValue>>, kNumLevels>& results) {
   std::string error;
   for (Level l : levels_) {
     const std::size_t li = level_index(l);
     if (!slot.at_level[li]) continue;
     auto out = std::span<double>(tick_.rows[li]).subspan(slot.offset[li], slot.width[li]);
     auto& raw = results[li];
-    Result<void> handled = !raw ? Result<void>(make_error(Errc::failed, "no value"))
+    Result<void> handled = !raw        ? Result<void>(make_error(Errc::failed, "no value"))
                            : raw->ok() ? slot.handler->handle(l, raw->value(), ctx.time_s, out)
                                        : Result<void>(raw->error());
     if (!handled) {
       std::fill(out.begin(), out.end(), kNaN);
-      if (error.empty()) error = fmt::format("{} level: {}", level_name(l), handled.error().message);
+      if (error.empty())
+        error = fmt::format("{} level: {}", level_name(l), handled.error().message);
     }
   }
   return error;
@@ -339,7 +352,8 @@ const Engine::Tick& Engine::tick() {
   ctx.procs = &scanner_->scan(boottime_now());
   scan_s_ += monotonic_now() - ctx.time_s;
 
-  for (Level l : levels_) std::fill(tick_.rows[level_index(l)].begin(), tick_.rows[level_index(l)].end(), kNaN);
+  for (Level l : levels_)
+    std::fill(tick_.rows[level_index(l)].begin(), tick_.rows[level_index(l)].end(), kNaN);
   for (std::size_t index : call_order_) {
     CollectorSlot& slot = slots_[index];
     if (slot.state != CollectorState::ok) continue;
@@ -348,12 +362,14 @@ const Engine::Tick& Engine::tick() {
     const double spent = monotonic_now() - t0;
     const double deadline = slot.spec.timeout_s.value_or(interval_s_ / 2);
     if (error.empty() && spent > deadline)
-      error = fmt::format("took {:.1f} ms, over its deadline of {:.1f} ms", spent * 1e3, deadline * 1e3);
+      error = fmt::format("took {:.1f} ms, over its deadline of {:.1f} ms", spent * 1e3,
+                          deadline * 1e3);
     if (!error.empty()) {
       for (Level l : levels_) {  // a value that failed or came too late is not used
         const std::size_t li = level_index(l);
         if (slot.at_level[li])
-          std::fill_n(tick_.rows[li].begin() + static_cast<long>(slot.offset[li]), slot.width[li], kNaN);
+          std::fill_n(tick_.rows[li].begin() + static_cast<long>(slot.offset[li]), slot.width[li],
+                      kNaN);
       }
     }
     ++slot.calls;
@@ -371,10 +387,11 @@ const Engine::Tick& Engine::tick() {
     const unsigned every = scanner_->discover_every() * 4;
     scanner_->set_discover_every(every);
     if (degraded_since_tick_ == 0) degraded_since_tick_ = ticks_;
-    warn(fmt::format("a tick took {:.1f} ms of a {:.1f} ms interval ({} processes on the node); "
-                     "new processes are now looked for every {} ticks, known ones are still "
-                     "sampled every tick",
-                     tick_s * 1e3, interval_s_ * 1e3, scanner_->last().total_pids, every));
+    warn(
+        fmt::format("a tick took {:.1f} ms of a {:.1f} ms interval ({} processes on the node); "
+                    "new processes are now looked for every {} ticks, known ones are still "
+                    "sampled every tick",
+                    tick_s * 1e3, interval_s_ * 1e3, scanner_->last().total_pids, every));
   }
   prev_time_s_ = ctx.time_s;
   ++ticks_;

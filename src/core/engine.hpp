@@ -31,10 +31,10 @@ std::string_view state_name(CollectorState s);
 
 struct CollectorSlot {
   CollectorSpec spec;
-  const CollectorInfo* info = nullptr;        ///< built-in, or
-  const TargetFactory* factory = nullptr;     ///< plugin factory
+  const CollectorInfo* info = nullptr;     ///< built-in, or
+  const TargetFactory* factory = nullptr;  ///< plugin factory
   std::unique_ptr<Collector> collector;
-  std::unique_ptr<Watchdog> watchdog;         ///< for collectors that need one
+  std::unique_ptr<Watchdog> watchdog;  ///< for collectors that need one
   std::unique_ptr<Handler> handler;
   CollectorState state = CollectorState::ok;
   std::string why;  ///< for unavailable/failed

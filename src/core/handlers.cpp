@@ -13,8 +13,7 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 Error wrong_kind(std::string_view expected, const RawValue& got) {
-  return make_error(Errc::failed,
-                    fmt::format("expected {}, got {}", expected, raw_kind_name(got)));
+  return make_error(Errc::failed, fmt::format("expected {}, got {}", expected, raw_kind_name(got)));
 }
 
 class NoOpHandler final : public Handler {

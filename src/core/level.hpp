@@ -28,6 +28,8 @@ constexpr std::optional<Level> parse_level(std::string_view s) {
   return std::nullopt;
 }
 
-constexpr std::size_t level_index(Level l) { return static_cast<std::size_t>(l); }
+constexpr std::size_t level_index(Level l) {
+  return static_cast<std::size_t>(l);
+}
 
 }  // namespace sonde

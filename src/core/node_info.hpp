@@ -15,12 +15,12 @@ namespace sonde {
 
 struct NodeInfo {
   std::string hostname;
-  std::string kernel;              ///< uname release
-  int num_system_cpus = 0;         ///< cpuN lines of /proc/stat
-  std::vector<int> system_cpu_ids; ///< ids of those lines, in order
-  std::vector<int> cpu_handles;    ///< CPUs the target may run on (affinity), sorted
-  double num_cpus = 0;             ///< CPUs available to the target: min(affinity, cgroup quota)
-  std::optional<double> cpu_quota; ///< cgroup cpu.max / cfs quota in CPUs, when limited
+  std::string kernel;               ///< uname release
+  int num_system_cpus = 0;          ///< cpuN lines of /proc/stat
+  std::vector<int> system_cpu_ids;  ///< ids of those lines, in order
+  std::vector<int> cpu_handles;     ///< CPUs the target may run on (affinity), sorted
+  double num_cpus = 0;              ///< CPUs available to the target: min(affinity, cgroup quota)
+  std::optional<double> cpu_quota;  ///< cgroup cpu.max / cfs quota in CPUs, when limited
   std::uint64_t mem_total_bytes = 0;
   /// Memory limit per level in bytes (index: level_index); MemTotal when nothing smaller applies.
   std::array<std::uint64_t, kNumLevels> memory_limit_bytes{};
@@ -34,8 +34,8 @@ struct NodeInfo {
 
 /// What is known about the target before sampling starts.
 struct TargetInfo {
-  int pid = 0;                         ///< 0 when there is no target (system only)
-  std::uint32_t uid = 0;               ///< real uid of the target (or of sonde without target)
+  int pid = 0;                           ///< 0 when there is no target (system only)
+  std::uint32_t uid = 0;                 ///< real uid of the target (or of sonde without target)
   std::optional<std::string> slurm_job;  ///< SLURM_JOB_ID from the target's environment
 };
 

@@ -19,8 +19,8 @@ struct ProcScanner::Entry {
   std::uint64_t starttime_ticks = 0;
   std::optional<std::string> slurm_job;
   std::string comm;
-  bool resolved = false;    // level_mask is computed
-  bool resolving = false;   // cycle guard while resolving through parents
+  bool resolved = false;   // level_mask is computed
+  bool resolving = false;  // cycle guard while resolving through parents
   std::uint8_t level_mask = 0;
   // Kept open across ticks while the fd budget allows.
   int stat_fd = -1;
@@ -228,7 +228,8 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
     if (it == entries_.end()) continue;
     Entry& e = *it->second;
     std::uint8_t mask = e.level_mask;
-    if (!active_[level_index(Level::process)]) mask &= static_cast<std::uint8_t>(~bit(Level::process));
+    if (!active_[level_index(Level::process)])
+      mask &= static_cast<std::uint8_t>(~bit(Level::process));
     if (mask == 0) continue;
     PidSample s;
     if (!refresh(pid, e, prev_boottime_s_, s)) continue;
@@ -275,9 +276,13 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
   s.processor = st->processor;
   s.num_threads = st->num_threads;
   if (e.have_prev) {
-    s.cpu_delta_s = static_cast<double>(cpu_ticks > e.prev_cpu_ticks ? cpu_ticks - e.prev_cpu_ticks : 0) / clk_tck_;
+    s.cpu_delta_s =
+        static_cast<double>(cpu_ticks > e.prev_cpu_ticks ? cpu_ticks - e.prev_cpu_ticks : 0) /
+        clk_tck_;
     s.child_cpu_delta_s =
-        static_cast<double>(child_ticks > e.prev_child_ticks ? child_ticks - e.prev_child_ticks : 0) / clk_tck_;
+        static_cast<double>(child_ticks > e.prev_child_ticks ? child_ticks - e.prev_child_ticks
+                                                             : 0) /
+        clk_tck_;
   } else if (e.count_full_life) {
     s.cpu_delta_s = s.cpu_s;
     s.child_cpu_delta_s = s.child_cpu_s;

@@ -38,15 +38,15 @@ struct PidSample {
   const std::string* comm = nullptr;  ///< owned by the scanner; valid until the next scan
   double cpu_s = 0;                   ///< utime + stime, seconds
   double child_cpu_s = 0;             ///< cutime + cstime (waited-for children), seconds
-  double cpu_delta_s = 0;             ///< own CPU since the previous tick (whole life if born since)
-  double child_cpu_delta_s = 0;       ///< growth of child_cpu_s since the previous tick
+  double cpu_delta_s = 0;        ///< own CPU since the previous tick (whole life if born since)
+  double child_cpu_delta_s = 0;  ///< growth of child_cpu_s since the previous tick
   std::uint64_t rss_bytes = 0;
-  bool io_valid = false;              ///< /proc/<pid>/io could be read
-  procfs::PidIo io;                   ///< cumulative counters
-  procfs::PidIo io_delta;             ///< growth since the previous tick (whole life if born since)
+  bool io_valid = false;   ///< /proc/<pid>/io could be read
+  procfs::PidIo io;        ///< cumulative counters
+  procfs::PidIo io_delta;  ///< growth since the previous tick (whole life if born since)
   int processor = -1;
   long num_threads = 0;
-  std::uint8_t level_mask = 0;        ///< bit (1 << level_index) per non-system level
+  std::uint8_t level_mask = 0;                   ///< bit (1 << level_index) per non-system level
   std::uint32_t share_begin = 0, share_end = 0;  ///< range in ProcSnapshot::shares
   bool in(Level l) const { return (level_mask >> level_index(l)) & 1u; }
 };
@@ -60,12 +60,12 @@ struct VanishedPid {
 };
 
 struct ProcSnapshot {
-  std::vector<PidSample> pids;                            ///< members of non-system levels
+  std::vector<PidSample> pids;                                 ///< members of non-system levels
   std::array<std::vector<std::uint32_t>, kNumLevels> members;  ///< indices into pids per level
   std::vector<VanishedPid> vanished;
-  std::vector<CpuShare> shares;                           ///< see PidSample::share_begin
-  std::size_t total_pids = 0;                             ///< every pid on the node
-  bool discovered = true;  ///< /proc was listed in this scan (see set_discover_every)
+  std::vector<CpuShare> shares;  ///< see PidSample::share_begin
+  std::size_t total_pids = 0;    ///< every pid on the node
+  bool discovered = true;        ///< /proc was listed in this scan (see set_discover_every)
   bool target_alive = false;
   /// Pids whose files could not be kept open (open-file limit) and were opened per tick.
   std::size_t reopened_per_tick = 0;

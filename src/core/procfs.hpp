@@ -15,7 +15,7 @@ namespace sonde::procfs {
 /// /proc/<pid>/stat. Times are in clock ticks (sysconf(_SC_CLK_TCK)); rss in pages.
 struct PidStat {
   int pid = 0;
-  std::string comm;        ///< without the parentheses; may contain spaces and ')'
+  std::string comm;  ///< without the parentheses; may contain spaces and ')'
   char state = '?';
   int ppid = 0;
   std::uint64_t utime_ticks = 0;
@@ -55,9 +55,9 @@ struct CpuTimes {
   std::uint64_t total() const { return busy() + idle + iowait; }
 };
 struct ProcStat {
-  CpuTimes total;                      ///< the "cpu" line
-  std::vector<int> cpu_ids;            ///< ids of the "cpuN" lines, in file order
-  std::vector<CpuTimes> per_cpu;       ///< same order as cpu_ids
+  CpuTimes total;                 ///< the "cpu" line
+  std::vector<int> cpu_ids;       ///< ids of the "cpuN" lines, in file order
+  std::vector<CpuTimes> per_cpu;  ///< same order as cpu_ids
 };
 Result<ProcStat> parse_proc_stat(std::string_view text);
 
@@ -98,8 +98,8 @@ Result<std::vector<CgroupEntry>> parse_pid_cgroup(std::string_view text);
 struct CgroupMount {
   bool v2 = false;
   std::vector<std::string> controllers;  ///< v1: super options naming controllers (memory, cpu…)
-  std::string root;         ///< field 4: the cgroup path mounted at mount_point
-  std::string mount_point;  ///< field 5
+  std::string root;                      ///< field 4: the cgroup path mounted at mount_point
+  std::string mount_point;               ///< field 5
 };
 Result<std::vector<CgroupMount>> parse_cgroup_mounts(std::string_view mountinfo_text);
 

@@ -32,8 +32,8 @@ struct Counters {
 using RawValue = std::variant<NoValue, Scalar, PerDevice, MultiPerDevice, Counters>;
 
 constexpr std::string_view raw_kind_name(const RawValue& v) {
-  constexpr std::string_view names[] = {"none", "scalar", "per-device vector",
-                                        "per-device vectors", "counters"};
+  constexpr std::string_view names[] = {"none", "scalar", "per-device vector", "per-device vectors",
+                                        "counters"};
   return names[v.index()];
 }
 

@@ -7,12 +7,12 @@
 namespace sonde {
 
 enum class Errc {
-  io,            ///< a file could not be read or written
-  parse,         ///< text did not have the expected shape
-  config,        ///< a configuration file or flag is malformed
-  unavailable,   ///< a collector or resource cannot work on this node
-  vanished,      ///< a process went away while being read (normal)
-  failed,        ///< any other failure
+  io,           ///< a file could not be read or written
+  parse,        ///< text did not have the expected shape
+  config,       ///< a configuration file or flag is malformed
+  unavailable,  ///< a collector or resource cannot work on this node
+  vanished,     ///< a process went away while being read (normal)
+  failed,       ///< any other failure
 };
 
 struct Error {
@@ -23,8 +23,8 @@ struct Error {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}          // NOLINT(google-explicit-constructor)
-  Result(Error error) : v_(std::move(error)) {}      // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
   T& value() & { return std::get<0>(v_); }
@@ -54,6 +54,8 @@ class [[nodiscard]] Result<void> {
   bool ok_ = true;
 };
 
-inline Error make_error(Errc code, std::string message) { return Error{code, std::move(message)}; }
+inline Error make_error(Errc code, std::string message) {
+  return Error{code, std::move(message)};
+}
 
 }  // namespace sonde

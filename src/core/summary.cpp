@@ -40,7 +40,9 @@ const RunStats::Column* RunStats::find(Level level, const std::string& column) c
 namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-nlohmann::json opt(std::optional<double> v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
+nlohmann::json opt(std::optional<double> v) {
+  return v ? nlohmann::json(*v) : nlohmann::json();
+}
 
 std::string bytes_text(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -53,7 +55,8 @@ std::string bytes_text(double b) {
 }
 }  // namespace
 
-nlohmann::json summary_json(const Engine& engine, const RunStats& stats, const RunOutcome& outcome) {
+nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
+                            const RunOutcome& outcome) {
   // The program's own figures come from the process level; without a target, from the node.
   const Level level = engine.active(Level::process) ? Level::process : Level::system;
   const NodeInfo& node = engine.node_info();
@@ -71,8 +74,10 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats, const R
 
   std::vector<std::string> tags;
   const auto* cpu = stats.find(level, "cpu_util_avg");
-  j["cpu_mean_cores"] = cpu && cpu->count ? nlohmann::json(*cpu->mean() / 100 * cpus) : nlohmann::json();
-  j["cpu_peak_cores"] = cpu && cpu->count ? nlohmann::json(cpu->max / 100 * cpus) : nlohmann::json();
+  j["cpu_mean_cores"] =
+      cpu && cpu->count ? nlohmann::json(*cpu->mean() / 100 * cpus) : nlohmann::json();
+  j["cpu_peak_cores"] =
+      cpu && cpu->count ? nlohmann::json(cpu->max / 100 * cpus) : nlohmann::json();
   j["cpu_seconds"] = cpu ? nlohmann::json(cpu->integral / 100 * cpus) : nlohmann::json();
   if (cpu && cpu->count && *cpu->mean() >= 70) tags.push_back("cpu-bound");
 
@@ -80,7 +85,8 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats, const R
   const double limit_gib = static_cast<double>(node.memory_limit_bytes[level_index(level)]) / kGiB;
   j["memory_peak_gib"] = mem && mem->count ? nlohmann::json(mem->max) : nlohmann::json();
   j["memory_limit_gib"] = limit_gib;
-  if (mem && mem->count && limit_gib > 0 && mem->max >= 0.8 * limit_gib) tags.push_back("memory-bound");
+  if (mem && mem->count && limit_gib > 0 && mem->max >= 0.8 * limit_gib)
+    tags.push_back("memory-bound");
 
   auto integral = [&](Level l, const char* col) {
     const auto* c = stats.find(l, col);
@@ -105,25 +111,30 @@ std::string summary_text(const nlohmann::json& s) {
     std::string arg = a.get<std::string>();
     if (arg.find_first_of(" \t\n'\"$") != std::string::npos) {
       std::string q = "'";
-      for (char c : arg) q += c == '\n' ? std::string("\\n") : c == '\'' ? std::string("'\\''") : std::string(1, c);
+      for (char c : arg)
+        q += c == '\n' ? std::string("\\n") : c == '\'' ? std::string("'\\''") : std::string(1, c);
       arg = q + "'";
     }
     cmd += (cmd.empty() ? "" : " ") + arg;
   }
-  std::string out = fmt::format("sonde summary ({} level, {} ticks)\n", s["level"].get<std::string>(),
-                                s["ticks"].get<std::uint64_t>());
+  std::string out = fmt::format("sonde summary ({} level, {} ticks)\n",
+                                s["level"].get<std::string>(), s["ticks"].get<std::uint64_t>());
   if (!cmd.empty()) out += fmt::format("  command      {}\n", cmd);
-  out += fmt::format("  exit status  {}\n", s["exit_status"].is_null() ? std::string("-") : s["exit_status"].dump());
+  out += fmt::format("  exit status  {}\n",
+                     s["exit_status"].is_null() ? std::string("-") : s["exit_status"].dump());
   out += fmt::format("  wall time    {:.2f} s\n", s["wall_s"].get<double>());
   if (auto u = num("user_cpu_s"))
-    out += fmt::format("  CPU time     user {:.2f} s, system {:.2f} s (wait4)\n", *u, num("system_cpu_s").value_or(0));
+    out += fmt::format("  CPU time     user {:.2f} s, system {:.2f} s (wait4)\n", *u,
+                       num("system_cpu_s").value_or(0));
   if (auto m = num("cpu_mean_cores"))
     out += fmt::format("  CPU          mean {:.2f} cores, peak {:.2f} of {:g} available\n", *m,
                        num("cpu_peak_cores").value_or(0), num("num_cpus").value_or(0));
   if (auto m = num("memory_peak_gib"))
-    out += fmt::format("  memory       peak {:.3f} GiB of {:.1f} GiB limit\n", *m, num("memory_limit_gib").value_or(0));
+    out += fmt::format("  memory       peak {:.3f} GiB of {:.1f} GiB limit\n", *m,
+                       num("memory_limit_gib").value_or(0));
   if (auto r = num("read_bytes"))
-    out += fmt::format("  I/O          read {}, written {}\n", bytes_text(*r), bytes_text(num("written_bytes").value_or(0)));
+    out += fmt::format("  I/O          read {}, written {}\n", bytes_text(*r),
+                       bytes_text(num("written_bytes").value_or(0)));
   if (auto n = num("net_sent_bytes"))
     out += fmt::format("  network      sent {}, received {} (whole node)\n", bytes_text(*n),
                        bytes_text(num("net_recv_bytes").value_or(0)));

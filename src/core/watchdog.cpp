@@ -50,7 +50,9 @@ bool Watchdog::busy() const {
   return state_->running || state_->has_job;
 }
 
-void Watchdog::abandon() { abandoned_ = true; }
+void Watchdog::abandon() {
+  abandoned_ = true;
+}
 
 Watchdog::Outcome Watchdog::run(std::function<void()> job, double deadline_s) {
   std::unique_lock lock(state_->m);
@@ -62,7 +64,8 @@ Watchdog::Outcome Watchdog::run(std::function<void()> job, double deadline_s) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(deadline_s));
-  const bool done = state_->cv.wait_until(lock, deadline, [&] { return state_->finished >= target; });
+  const bool done =
+      state_->cv.wait_until(lock, deadline, [&] { return state_->finished >= target; });
   return done ? Outcome::done : Outcome::timed_out;
 }
 

@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <cstddef>
-#include <iostream>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <mutex>
 
@@ -90,8 +90,12 @@ int api_injected(const sonde_host* h, const char* key) {
 const sonde_node_info* api_node_info(const sonde_host* h) {
   return h->args.node != nullptr ? &h->node : nullptr;
 }
-int32_t api_target_pid(const sonde_host* h) { return h->args.target ? h->args.target->pid : 0; }
-uint32_t api_target_uid(const sonde_host* h) { return h->args.target ? h->args.target->uid : 0; }
+int32_t api_target_pid(const sonde_host* h) {
+  return h->args.target ? h->args.target->pid : 0;
+}
+uint32_t api_target_uid(const sonde_host* h) {
+  return h->args.target ? h->args.target->uid : 0;
+}
 const char* api_slurm_job(const sonde_host* h) {
   return h->args.target && h->args.target->slurm_job ? h->args.target->slurm_job->c_str() : nullptr;
 }
@@ -99,11 +103,21 @@ void api_log(const sonde_host* h, int severity, const char* message) {
   std::cerr << fmt::format("sonde: {}collector '{}': {}\n", severity > 0 ? "warning: " : "",
                            h->name, message ? message : "");
 }
-uint64_t api_tick_index(const sonde_tick* t) { return t->ctx->tick; }
-double api_tick_time(const sonde_tick* t) { return t->ctx->time_s; }
-double api_tick_wallclock(const sonde_tick* t) { return t->ctx->wallclock_s; }
-double api_tick_dt(const sonde_tick* t) { return t->ctx->dt_s; }
-bool valid_level(sonde_level l) { return l >= SONDE_LEVEL_PROCESS && l <= SONDE_LEVEL_SYSTEM; }
+uint64_t api_tick_index(const sonde_tick* t) {
+  return t->ctx->tick;
+}
+double api_tick_time(const sonde_tick* t) {
+  return t->ctx->time_s;
+}
+double api_tick_wallclock(const sonde_tick* t) {
+  return t->ctx->wallclock_s;
+}
+double api_tick_dt(const sonde_tick* t) {
+  return t->ctx->dt_s;
+}
+bool valid_level(sonde_level l) {
+  return l >= SONDE_LEVEL_PROCESS && l <= SONDE_LEVEL_SYSTEM;
+}
 size_t api_level_size(const sonde_tick* t, sonde_level l) {
   if (!valid_level(l)) return 0;
   return t->ctx->procs->members[static_cast<std::size_t>(l)].size();
@@ -144,7 +158,9 @@ const sonde_pid_info* api_level_pid(const sonde_tick* ct, sonde_level l, size_t 
   }
   return &t->pids[li][index];
 }
-size_t api_total_pids(const sonde_tick* t) { return t->ctx->procs->total_pids; }
+size_t api_total_pids(const sonde_tick* t) {
+  return t->ctx->procs->total_pids;
+}
 
 void api_write_scalar(sonde_out* o, double v) {
   o->value = Scalar{v};
@@ -172,15 +188,33 @@ void api_set_error(sonde_out* o, const char* message) {
   o->error = message ? message : "error";
 }
 
-const sonde_host_api kHostApi = {
-    sizeof(sonde_host_api), SONDE_ABI_MINOR,
-    api_kwarg_string, api_kwarg_number, api_kwarg_bool, api_kwarg_list_size, api_kwarg_list_item,
-    api_injected, api_node_info, api_target_pid, api_target_uid, api_slurm_job, api_log,
-    api_tick_index, api_tick_time, api_tick_wallclock, api_tick_dt, api_level_size, api_level_pid,
-    api_total_pids,
-    api_write_scalar, api_write_vector, api_write_vectors, api_write_counters, api_write_none,
-    api_set_error,
-    {}};
+const sonde_host_api kHostApi = {sizeof(sonde_host_api),
+                                 SONDE_ABI_MINOR,
+                                 api_kwarg_string,
+                                 api_kwarg_number,
+                                 api_kwarg_bool,
+                                 api_kwarg_list_size,
+                                 api_kwarg_list_item,
+                                 api_injected,
+                                 api_node_info,
+                                 api_target_pid,
+                                 api_target_uid,
+                                 api_slurm_job,
+                                 api_log,
+                                 api_tick_index,
+                                 api_tick_time,
+                                 api_tick_wallclock,
+                                 api_tick_dt,
+                                 api_level_size,
+                                 api_level_pid,
+                                 api_total_pids,
+                                 api_write_scalar,
+                                 api_write_vector,
+                                 api_write_vectors,
+                                 api_write_counters,
+                                 api_write_none,
+                                 api_set_error,
+                                 {}};
 
 // ---- the library ----
 
@@ -211,7 +245,8 @@ Result<std::shared_ptr<Library>> load_library(const std::string& path) {
   ::close(*fd);
   if (handle == nullptr) {
     const char* why = ::dlerror();
-    return make_error(Errc::unavailable, fmt::format("cannot load plugin {}: {}", path, why ? why : "dlopen failed"));
+    return make_error(Errc::unavailable,
+                      fmt::format("cannot load plugin {}: {}", path, why ? why : "dlopen failed"));
   }
   auto lib = std::make_shared<Library>();
   lib->handle = handle;
@@ -219,21 +254,27 @@ Result<std::shared_ptr<Library>> load_library(const std::string& path) {
   ::dlerror();
   void* sym = ::dlsym(handle, SONDE_PLUGIN_ENTRY_NAME);
   if (sym == nullptr)
-    return make_error(Errc::unavailable, fmt::format("plugin {} does not export {}()", path, SONDE_PLUGIN_ENTRY_NAME));
+    return make_error(Errc::unavailable,
+                      fmt::format("plugin {} does not export {}()", path, SONDE_PLUGIN_ENTRY_NAME));
   auto entry = reinterpret_cast<sonde_plugin_entry_fn>(sym);
   lib->plugin = entry();
   if (lib->plugin == nullptr)
-    return make_error(Errc::unavailable, fmt::format("plugin {}: {}() returned NULL", path, SONDE_PLUGIN_ENTRY_NAME));
-  if (lib->plugin->abi_major != SONDE_ABI_MAJOR)
     return make_error(Errc::unavailable,
-                      fmt::format("refusing plugin {}: it was built for sonde plugin ABI {}.{}, this "
-                                  "sonde speaks ABI {}.{}; rebuild it against this sonde's headers",
-                                  path, lib->plugin->abi_major, lib->plugin->abi_minor,
-                                  SONDE_ABI_MAJOR, SONDE_ABI_MINOR));
+                      fmt::format("plugin {}: {}() returned NULL", path, SONDE_PLUGIN_ENTRY_NAME));
+  if (lib->plugin->abi_major != SONDE_ABI_MAJOR)
+    return make_error(
+        Errc::unavailable,
+        fmt::format("refusing plugin {}: it was built for sonde plugin ABI {}.{}, this "
+                    "sonde speaks ABI {}.{}; rebuild it against this sonde's headers",
+                    path, lib->plugin->abi_major, lib->plugin->abi_minor, SONDE_ABI_MAJOR,
+                    SONDE_ABI_MINOR));
   if (lib->plugin->struct_size < offsetof(sonde_plugin, reserved))
-    return make_error(Errc::unavailable, fmt::format("refusing plugin {}: its sonde_plugin table is "
-                                                     "too small ({} bytes)", path, lib->plugin->struct_size));
-  const void* cap = lib->plugin->capability ? lib->plugin->capability(SONDE_CAP_COLLECTOR) : nullptr;
+    return make_error(Errc::unavailable,
+                      fmt::format("refusing plugin {}: its sonde_plugin table is "
+                                  "too small ({} bytes)",
+                                  path, lib->plugin->struct_size));
+  const void* cap =
+      lib->plugin->capability ? lib->plugin->capability(SONDE_CAP_COLLECTOR) : nullptr;
   if (cap == nullptr)
     return make_error(Errc::unavailable, fmt::format("plugin {} provides no collector", path));
   lib->collector = static_cast<const sonde_collector_v1*>(cap);
@@ -261,7 +302,8 @@ class NativeCollector final : public Collector {
       host_->node.cpu_handles = host_->cpu_handles.data();
       host_->node.num_cpu_handles = host_->cpu_handles.size();
       host_->node.mem_total_bytes = n.mem_total_bytes;
-      for (std::size_t i = 0; i < kNumLevels; ++i) host_->node.memory_limit_bytes[i] = n.memory_limit_bytes[i];
+      for (std::size_t i = 0; i < kNumLevels; ++i)
+        host_->node.memory_limit_bytes[i] = n.memory_limit_bytes[i];
       host_->node.num_gpus = n.num_gpus;
       host_->node.gpu_name = n.gpu_name.c_str();
       host_->node.gpu_memory_gib = n.gpu_memory_gib;
@@ -274,8 +316,8 @@ class NativeCollector final : public Collector {
     char err[512] = {0};
     self_ = lib_->collector->create(&kHostApi, host_.get(), err, sizeof err);
     if (self_ == nullptr)
-      return make_error(Errc::unavailable, fmt::format("plugin {}: {}", lib_->path,
-                                                       err[0] ? err : "create() failed"));
+      return make_error(Errc::unavailable,
+                        fmt::format("plugin {}: {}", lib_->path, err[0] ? err : "create() failed"));
     for (Level l : kAllLevels)
       devices_[level_index(l)] = lib_->collector->devices
                                      ? lib_->collector->devices(self_, static_cast<sonde_level>(l))
@@ -318,7 +360,8 @@ class NativeCollector final : public Collector {
 
 }  // namespace
 
-Result<std::string> resolve_plugin_file(const std::string& name, const std::vector<std::string>& dirs) {
+Result<std::string> resolve_plugin_file(const std::string& name,
+                                        const std::vector<std::string>& dirs) {
   if (name.find('/') != std::string::npos) {
     std::error_code ec;
     auto abs = std::filesystem::absolute(name, ec);
@@ -345,8 +388,9 @@ Result<std::pair<std::string, std::string>> native_default_entry(const std::stri
   auto lib = load_library(path);
   if (!lib) return lib.error();
   const auto& l = **lib;
-  return std::make_pair(std::string(l.plugin->name ? l.plugin->name : ""),
-                        std::string(l.collector->default_entry_yaml ? l.collector->default_entry_yaml : ""));
+  return std::make_pair(
+      std::string(l.plugin->name ? l.plugin->name : ""),
+      std::string(l.collector->default_entry_yaml ? l.collector->default_entry_yaml : ""));
 }
 
 }  // namespace sonde::plugins

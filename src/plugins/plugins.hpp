@@ -30,7 +30,8 @@ void discover_plugins(Config& cfg, const std::vector<std::string>& dirs,
 // ---- native plugins (src/plugins/native.cpp) ----
 
 /// "plugin:NAME" → the file: an absolute or ./relative path as given, else searched in `dirs`.
-Result<std::string> resolve_plugin_file(const std::string& name, const std::vector<std::string>& dirs);
+Result<std::string> resolve_plugin_file(const std::string& name,
+                                        const std::vector<std::string>& dirs);
 
 /// Loads a native plugin library (after the trust checks) and builds its collector in sonde's
 /// process. Used by the "plugin:" factory and by the isolated plugin host.

@@ -15,7 +15,9 @@ namespace sonde::plugins {
 
 Result<std::pair<std::string, std::string>> native_default_entry(const std::string& path);
 
-bool elevated_privileges() { return ::getauxval(AT_SECURE) != 0; }
+bool elevated_privileges() {
+  return ::getauxval(AT_SECURE) != 0;
+}
 
 namespace {
 std::string self_exe() {
@@ -33,7 +35,8 @@ std::vector<std::string> plugin_dirs() {
       std::size_t start = 0;
       while (start <= all.size()) {
         const auto colon = all.find(':', start);
-        std::string d = all.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+        std::string d =
+            all.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
         if (!d.empty()) dirs.push_back(d);
         if (colon == std::string::npos) break;
         start = colon + 1;
@@ -52,13 +55,16 @@ std::vector<std::string> plugin_dirs() {
 
 void register_plugin_factories(Registry& registry) {
   registry.add_factory(
-      {"plugin:", [](const std::string& target, const CollectorArgs& args)
-                      -> Result<std::unique_ptr<Collector>> {
-         auto path = resolve_plugin_file(target.substr(std::string_view("plugin:").size()), plugin_dirs());
+      {"plugin:",
+       [](const std::string& target,
+          const CollectorArgs& args) -> Result<std::unique_ptr<Collector>> {
+         auto path =
+             resolve_plugin_file(target.substr(std::string_view("plugin:").size()), plugin_dirs());
          if (!path) return path.error();
          bool isolate = false;
          if (auto it = args.raw_kwargs.find("isolate"); it != args.raw_kwargs.end()) {
-           if (!it->second.value.IsScalar() || !YAML::convert<bool>::decode(it->second.value, isolate))
+           if (!it->second.value.IsScalar() ||
+               !YAML::convert<bool>::decode(it->second.value, isolate))
              return make_error(Errc::config, fmt::format("{}: collector '{}': 'isolate' expected a "
                                                          "boolean (true/false)",
                                                          it->second.origin.str(), args.name));
@@ -82,15 +88,17 @@ void discover_plugins(Config& cfg, const std::vector<std::string>& dirs,
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec)) continue;
     std::vector<std::filesystem::path> files;
-    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) files.push_back(entry.path());
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+      files.push_back(entry.path());
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {
       const std::string path = f.string();
       const auto ext = f.extension().string();
       if (ext == ".so") {
-        const bool named = std::any_of(cfg.collectors.begin(), cfg.collectors.end(), [&](const CollectorSpec& c) {
-          return c.target == "plugin:" + path || c.target == "plugin:" + f.filename().string();
-        });
+        const bool named =
+            std::any_of(cfg.collectors.begin(), cfg.collectors.end(), [&](const CollectorSpec& c) {
+              return c.target == "plugin:" + path || c.target == "plugin:" + f.filename().string();
+            });
         if (named) continue;
         auto entry = native_default_entry(path);
         if (!entry) {
@@ -100,7 +108,8 @@ void discover_plugins(Config& cfg, const std::vector<std::string>& dirs,
         const auto& [name, yaml] = *entry;
         if (cfg.find(name) != nullptr) continue;  // configured explicitly under its name
         if (yaml.empty()) {
-          warn(fmt::format("plugin {} has no default entry; add it under collectors: with a handler", path));
+          warn(fmt::format(
+              "plugin {} has no default entry; add it under collectors: with a handler", path));
           continue;
         }
         YAML::Node doc;
@@ -134,7 +143,8 @@ void discover_plugins(Config& cfg, const std::vector<std::string>& dirs,
           for (const auto& kv : doc)
             if (kv.first.Scalar() != "collectors") only_collectors = false;
           if (!only_collectors) {
-            warn(fmt::format("{}: a plugin directory snippet may only hold 'collectors:'; skipped", path));
+            warn(fmt::format("{}: a plugin directory snippet may only hold 'collectors:'; skipped",
+                             path));
             continue;
           }
         } catch (const YAML::Exception&) {

@@ -36,14 +36,17 @@ Result<int> open_trusted(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ELOOP)
-      return make_error(Errc::unavailable,
-                        fmt::format("refusing plugin {}: it is a symbolic link (give the real file)", path));
-    return make_error(Errc::unavailable, fmt::format("cannot open plugin {}: {}", path, std::strerror(errno)));
+      return make_error(
+          Errc::unavailable,
+          fmt::format("refusing plugin {}: it is a symbolic link (give the real file)", path));
+    return make_error(Errc::unavailable,
+                      fmt::format("cannot open plugin {}: {}", path, std::strerror(errno)));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    return make_error(Errc::unavailable, fmt::format("refusing plugin {}: not a regular file", path));
+    return make_error(Errc::unavailable,
+                      fmt::format("refusing plugin {}: not a regular file", path));
   }
   if (auto ok = check_owner_and_mode(st, "file", path); !ok) {
     ::close(fd);
@@ -54,8 +57,8 @@ Result<int> open_trusted(const std::string& path) {
   struct stat dst {};
   if (::stat(dir.c_str(), &dst) != 0) {
     ::close(fd);
-    return make_error(Errc::unavailable, fmt::format("cannot check the directory of plugin {}: {}", path,
-                                                     std::strerror(errno)));
+    return make_error(Errc::unavailable, fmt::format("cannot check the directory of plugin {}: {}",
+                                                     path, std::strerror(errno)));
   }
   if (auto ok = check_owner_and_mode(dst, "directory", path); !ok) {
     ::close(fd);

@@ -50,10 +50,13 @@ Result<std::unique_ptr<RunDirSink>> RunDirSink::create(const std::string& dir, c
                                                        nlohmann::json meta) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return make_error(Errc::io, fmt::format("cannot create run directory {}: {}", dir, ec.message()));
+  if (ec)
+    return make_error(Errc::io,
+                      fmt::format("cannot create run directory {}: {}", dir, ec.message()));
   if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json"))
-    return make_error(Errc::config,
-                      fmt::format("{} already holds a run (manifest.json); choose another --out", dir));
+    return make_error(
+        Errc::config,
+        fmt::format("{} already holds a run (manifest.json); choose another --out", dir));
   std::unique_ptr<RunDirSink> s(new RunDirSink());
   s->engine_ = &engine;
   s->dir_ = dir;
@@ -74,7 +77,8 @@ Result<std::unique_ptr<RunDirSink>> RunDirSink::create(const std::string& dir, c
     const std::string name = fmt::format("perf_{}.csv", level_name(l));
     const std::string path = dir + "/" + name;
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) return make_error(Errc::io, fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+    if (fd < 0)
+      return make_error(Errc::io, fmt::format("cannot create {}: {}", path, std::strerror(errno)));
     s->fds_[level_index(l)] = fd;
     std::string header = "time,wallclock";
     for (const auto& c : engine.columns(l)) header += "," + c;
@@ -128,7 +132,8 @@ void RunDirSink::write(const Engine::Tick& tick) {
 void RunDirSink::finish(const RunOutcome& outcome, const nlohmann::json& summary,
                         std::uint64_t ticks, std::uint64_t ticks_missed) {
   manifest_["end_wallclock"] = wallclock_now();
-  manifest_["exit_status"] = outcome.exit_status ? nlohmann::json(*outcome.exit_status) : nlohmann::json();
+  manifest_["exit_status"] =
+      outcome.exit_status ? nlohmann::json(*outcome.exit_status) : nlohmann::json();
   manifest_["complete"] = !failed_;
   manifest_["ticks"] = ticks;
   manifest_["ticks_missed"] = ticks_missed;
@@ -140,8 +145,7 @@ void RunDirSink::finish(const RunOutcome& outcome, const nlohmann::json& summary
       fd = -1;
     }
   }
-  if (auto ok = write_manifest(); !ok)
-    std::cerr << "sonde: error: " << ok.error().message << "\n";
+  if (auto ok = write_manifest(); !ok) std::cerr << "sonde: error: " << ok.error().message << "\n";
 }
 
 }  // namespace sonde

@@ -33,7 +33,8 @@ class RunDirSink {
   void update(const std::string& key, nlohmann::json value);
   const std::string& dir() const { return dir_; }
   /// Chooses a new directory under `parent` named after the time and the command.
-  static std::string default_dir(const std::string& parent, const std::vector<std::string>& command);
+  static std::string default_dir(const std::string& parent,
+                                 const std::vector<std::string>& command);
 
  private:
   RunDirSink() = default;

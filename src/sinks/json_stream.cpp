@@ -60,8 +60,9 @@ bool JsonStreamSink::write(const Engine& engine, const Engine::Tick& tick) {
   for (Level l : engine.levels()) {
     const auto& cols = engine.columns(l);
     const auto& row = tick.rows[level_index(l)];
-    fmt::format_to(std::back_inserter(line_), "{{\"level\":\"{}\",\"wallclock\":{:.6f},\"sample\":{{\"time\":",
-                   level_name(l), tick.ctx.wallclock_s);
+    fmt::format_to(std::back_inserter(line_),
+                   "{{\"level\":\"{}\",\"wallclock\":{:.6f},\"sample\":{{\"time\":", level_name(l),
+                   tick.ctx.wallclock_s);
     append_number(line_, tick.ctx.time_s, "null");
     for (std::size_t i = 0; i < cols.size(); ++i) {
       line_ += ",\"";

@@ -17,10 +17,11 @@ std::string plugin(const std::string& name) {
   return std::string(SONDE_TEST_PLUGIN_DIR) + "/libtest_plugin_" + name + ".so";
 }
 
-fs::path write_config(const fs::path& dir, const std::string& target, const std::string& extra = "") {
+fs::path write_config(const fs::path& dir, const std::string& target,
+                      const std::string& extra = "") {
   const fs::path cfg = dir / "plugin.yaml";
-  std::ofstream(cfg) << "collectors:\n  testplug:\n    _target_: " << target << "\n" << extra
-                     << "    handler: {_target_: ScalarHandler, column: test_value}\n";
+  std::ofstream(cfg) << "collectors:\n  testplug:\n    _target_: " << target << "\n"
+                     << extra << "    handler: {_target_: ScalarHandler, column: test_value}\n";
   return cfg;
 }
 
@@ -75,8 +76,9 @@ TEST(NativePlugins, ColumnsReachTheStream) {
   const auto dir = scratch_dir("native-stream");
   const auto cfg = write_config(dir, "plugin:" + plugin("good"));
   BackgroundProcess target({workload_binary(), "sleep", "5"});
-  BackgroundProcess stream({sonde_binary(), "stream", "--interval", "0.1", "--levels", "process,system",
-                            "--config", cfg.string(), "--target-pid", std::to_string(target.pid())});
+  BackgroundProcess stream({sonde_binary(), "stream", "--interval", "0.1", "--levels",
+                            "process,system", "--config", cfg.string(), "--target-pid",
+                            std::to_string(target.pid())});
   const std::string ready = stream.read_line(10).value_or("");
   ASSERT_NE(ready.find("\"status\":\"ready\""), std::string::npos) << ready;
   EXPECT_NE(ready.find("test_value"), std::string::npos);
@@ -158,7 +160,8 @@ TEST(NativePlugins, UntrustedFilesAreRefusedAndTheRunGoesOn) {
   ::chmod(open_dir.c_str(), 0777);
   fs::copy_file(plugin("good"), open_dir / "libgood.so");
   r = run_with(write_config(dir, "plugin:" + (open_dir / "libgood.so").string()), dir / "out3");
-  EXPECT_NE(r.result.err.find("its directory is writable by others"), std::string::npos) << r.result.err;
+  EXPECT_NE(r.result.err.find("its directory is writable by others"), std::string::npos)
+      << r.result.err;
 }
 
 TEST(NativePlugins, FoundInThePluginPathThroughItsDefaultEntry) {
@@ -178,8 +181,8 @@ TEST(NativePlugins, FoundInThePluginPathThroughItsDefaultEntry) {
 
 TEST(NativePlugins, FailingSetupMakesItUnavailableNotFatal) {
   const auto dir = scratch_dir("native-setup");
-  const auto r = run_with(write_config(dir, "plugin:" + plugin("good"), "    fail_setup: yes\n"),
-                          dir / "out");
+  const auto r =
+      run_with(write_config(dir, "plugin:" + plugin("good"), "    fail_setup: yes\n"), dir / "out");
   ASSERT_EQ(r.result.status, 0) << r.result.describe();
   EXPECT_NE(r.result.err.find("asked to fail in setup"), std::string::npos) << r.result.err;
   EXPECT_FALSE(r.process.has_column("test_value"));

@@ -37,7 +37,7 @@ class TestCollector : public sonde::sdk::Collector {
 #elif TEST_PLUGIN_BEHAVIOUR == THROW
     if (misbehave) throw std::runtime_error("the test plugin throws");
 #elif TEST_PLUGIN_BEHAVIOUR == WRONG_TYPE
-    if (misbehave) return sonde::sdk::Vector{{1, 2, 3}};
+    if (misbehave) return sonde::sdk::Vector{{ 1, 2, 3 }};
 #elif TEST_PLUGIN_BEHAVIOUR == NAN_VALUE
     if (misbehave) return sonde::sdk::Scalar{std::nan("")};
 #elif TEST_PLUGIN_BEHAVIOUR == SLOW
@@ -51,10 +51,12 @@ class TestCollector : public sonde::sdk::Collector {
 
 #if TEST_PLUGIN_BEHAVIOUR == ABI_MISMATCH
 namespace {
-const sonde_plugin kMismatch = {99, 0, sizeof(sonde_plugin), "mismatch", "built for ABI 99", 0,
+const sonde_plugin kMismatch = {99,      0, sizeof(sonde_plugin), "mismatch", "built for ABI 99", 0,
                                 nullptr, {}};
 }
-SONDE_PLUGIN_EXPORT const sonde_plugin* sonde_plugin_entry(void) { return &kMismatch; }
+SONDE_PLUGIN_EXPORT const sonde_plugin* sonde_plugin_entry(void) {
+  return &kMismatch;
+}
 #else
 SONDE_COLLECTOR_PLUGIN(TestCollector, "test_plugin", "a test plugin", 5,
                        "{handler: {_target_: ScalarHandler, column: test_value}}")

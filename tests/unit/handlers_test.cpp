@@ -45,11 +45,12 @@ TEST(Handlers, PerDeviceAggregateColumnsAndStats) {
 }
 
 TEST(Handlers, PerDeviceMultiAggregateFansOutPerMetric) {
-  auto h = make({.target = "PerDeviceMultiAggregateHandler", .prefix = "gpu_", .metrics = {"util", "mem"}});
+  auto h = make(
+      {.target = "PerDeviceMultiAggregateHandler", .prefix = "gpu_", .metrics = {"util", "mem"}});
   auto cols = h->columns(1);
-  EXPECT_EQ(cols, (std::vector<std::string>{"gpu_util_0", "gpu_util_avg", "gpu_util_min",
-                                            "gpu_util_max", "gpu_mem_0", "gpu_mem_avg",
-                                            "gpu_mem_min", "gpu_mem_max"}));
+  EXPECT_EQ(cols,
+            (std::vector<std::string>{"gpu_util_0", "gpu_util_avg", "gpu_util_min", "gpu_util_max",
+                                      "gpu_mem_0", "gpu_mem_avg", "gpu_mem_min", "gpu_mem_max"}));
   std::vector<double> out(8);
   ASSERT_TRUE(h->handle(Level::system, MultiPerDevice{{{50}, {2}}}, 0, out).ok());
   EXPECT_EQ(out, (std::vector<double>{50, 50, 50, 50, 2, 2, 2, 2}));

@@ -85,7 +85,8 @@ TEST(ProcScanner, LevelsFollowParentsUidAndSlurmJob) {
   FakeProc proc;
   proc.write({.pid = 1, .ppid = 0, .comm = "init", .uid = 0});
   proc.write({.pid = 100, .ppid = 1, .comm = "my (weird) job", .uid = 1000, .slurm_job = "5"});
-  proc.write({.pid = 102, .ppid = 101, .comm = "grandchild", .uid = 1000});  // listed before its parent
+  proc.write(
+      {.pid = 102, .ppid = 101, .comm = "grandchild", .uid = 1000});  // listed before its parent
   proc.write({.pid = 101, .ppid = 100, .comm = "child", .uid = 1000});
   proc.write({.pid = 200, .ppid = 1, .comm = "editor", .uid = 1000});
   proc.write({.pid = 300, .ppid = 1, .comm = "job step", .uid = 2000, .slurm_job = "5"});
@@ -107,7 +108,12 @@ TEST(ProcScanner, LevelsFollowParentsUidAndSlurmJob) {
 TEST(ProcScanner, DeltasNewPidsAndReapedChildren) {
   FakeProc proc;
   const long tck = ::sysconf(_SC_CLK_TCK);
-  proc.write({.pid = 100, .ppid = 1, .comm = "parent", .uid = 1000, .utime = 50, .rss_pages = 10,
+  proc.write({.pid = 100,
+              .ppid = 1,
+              .comm = "parent",
+              .uid = 1000,
+              .utime = 50,
+              .rss_pages = 10,
               .write_bytes = 4096});
   proc.write({.pid = 101, .ppid = 100, .comm = "child", .uid = 1000, .utime = 20});
   TargetInfo target{.pid = 100, .uid = 1000};
@@ -121,10 +127,21 @@ TEST(ProcScanner, DeltasNewPidsAndReapedChildren) {
 
   // Next interval: the parent ran 10 ticks and reaped the child (which had 20 + 5 more ticks); a
   // new grandchild appeared with 7 ticks of its life.
-  proc.write({.pid = 100, .ppid = 1, .comm = "parent", .uid = 1000, .utime = 60, .cutime = 25,
-              .processor = 1, .write_bytes = 8192});
+  proc.write({.pid = 100,
+              .ppid = 1,
+              .comm = "parent",
+              .uid = 1000,
+              .utime = 60,
+              .cutime = 25,
+              .processor = 1,
+              .write_bytes = 8192});
   proc.remove(101);
-  proc.write({.pid = 103, .ppid = 100, .comm = "new", .uid = 1000, .utime = 7, .processor = 0,
+  proc.write({.pid = 103,
+              .ppid = 100,
+              .comm = "new",
+              .uid = 1000,
+              .utime = 7,
+              .processor = 0,
               .write_bytes = 100});
   const auto& second = scanner.scan(1001.0);
   const PidSample* parent = find(second, 100);
