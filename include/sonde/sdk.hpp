@@ -4,8 +4,8 @@
 //   class Load : public sonde::sdk::Collector {
 //    public:
 //     using Collector::Collector;
-//     long devices(sonde::sdk::Level l) override { return l == sonde::sdk::Level::system ? 1 : -1; }
-//     sonde::sdk::Value collect(sonde::sdk::Level, const sonde::sdk::Tick&) override {
+//     long devices(sonde::sdk::Level l) override { return l == sonde::sdk::Level::system ? 1 : -1;
+//     } sonde::sdk::Value collect(sonde::sdk::Level, const sonde::sdk::Tick&) override {
 //       return sonde::sdk::Scalar{read_load()};
 //     }
 //   };
@@ -22,13 +22,19 @@
 #include <cstring>
 #include <exception>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <variant>
 #include <vector>
 
 namespace sonde::sdk {
 
-enum class Level { process = SONDE_LEVEL_PROCESS, user = SONDE_LEVEL_USER, slurm = SONDE_LEVEL_SLURM, system = SONDE_LEVEL_SYSTEM };
+enum class Level {
+  process = SONDE_LEVEL_PROCESS,
+  user = SONDE_LEVEL_USER,
+  slurm = SONDE_LEVEL_SLURM,
+  system = SONDE_LEVEL_SYSTEM
+};
 
 /// Raw values (see the handler table in docs/writing-collectors.md).
 struct None {};
@@ -50,21 +56,37 @@ using Value = std::variant<None, Scalar, Vector, Vectors, Counters>;
 class Host {
  public:
   Host(const sonde_host_api* api, const sonde_host* host) : api_(api), host_(host) {}
+  // Keyword arguments: nullopt (or empty) when absent; a value of another type throws
+  // std::invalid_argument, which in a constructor makes the collector unavailable with the message.
   std::optional<std::string> string(const char* key) const {
     const char* v = nullptr;
-    return api_->kwarg_string(host_, key, &v) == 1 ? std::optional<std::string>(v) : std::nullopt;
+    return found(api_->kwarg_string(host_, key, &v), key, "a string")
+               ? std::optional<std::string>(v)
+               : std::nullopt;
   }
   std::optional<double> number(const char* key) const {
     double v = 0;
-    return api_->kwarg_number(host_, key, &v) == 1 ? std::optional<double>(v) : std::nullopt;
+    return found(api_->kwarg_number(host_, key, &v), key, "a number") ? std::optional<double>(v)
+                                                                      : std::nullopt;
   }
   std::optional<bool> flag(const char* key) const {
     int v = 0;
-    return api_->kwarg_bool(host_, key, &v) == 1 ? std::optional<bool>(v != 0) : std::nullopt;
+    return found(api_->kwarg_bool(host_, key, &v), key, "a boolean") ? std::optional<bool>(v != 0)
+                                                                     : std::nullopt;
   }
   std::vector<std::string> strings(const char* key) const {
     std::vector<std::string> out;
     const int64_t n = api_->kwarg_list_size(host_, key);
+    if (n < 0) {
+      const char* probe = nullptr;
+      double number_probe = 0;
+      int flag_probe = 0;
+      if (api_->kwarg_string(host_, key, &probe) != 0 ||
+          api_->kwarg_number(host_, key, &number_probe) != 0 ||
+          api_->kwarg_bool(host_, key, &flag_probe) != 0)
+        found(-1, key, "a list of strings");
+      return out;
+    }
     for (int64_t i = 0; i < n; ++i) {
       const char* item = api_->kwarg_list_item(host_, key, static_cast<size_t>(i));
       if (item != nullptr) out.emplace_back(item);  // std::string(nullptr) is undefined
@@ -84,6 +106,12 @@ class Host {
   const sonde_host_api* api() const { return api_; }
 
  private:
+  static bool found(int rc, const char* key, const char* expected) {
+    if (rc < 0)
+      throw std::invalid_argument(std::string("keyword argument '") + key + "': expected " +
+                                  expected);
+    return rc == 1;
+  }
   const sonde_host_api* api_;
   const sonde_host* host_;
 };
@@ -207,7 +235,8 @@ struct Adapter {
       return;
     }
     try {
-      write_value(in->api, out, in->collector.collect(static_cast<Level>(level), Tick(in->api, tick)));
+      write_value(in->api, out,
+                  in->collector.collect(static_cast<Level>(level), Tick(in->api, tick)));
     } catch (const std::exception& e) {
       in->api->set_error(out, e.what());
     } catch (...) {
@@ -221,23 +250,24 @@ struct Adapter {
 }  // namespace sonde::sdk
 
 /// Exports a collector class as a sonde plugin (one per shared library).
-#define SONDE_COLLECTOR_PLUGIN(Class, name_, description_, priority_, default_entry_yaml_)     \
-  namespace {                                                                                 \
-  const sonde_collector_v1 sonde_collector_table_ = {                                         \
-      sizeof(sonde_collector_v1),                                                             \
-      default_entry_yaml_,                                                                    \
-      &::sonde::sdk::detail::Adapter<Class>::create,                                          \
-      &::sonde::sdk::detail::Adapter<Class>::devices,                                         \
-      &::sonde::sdk::detail::Adapter<Class>::snapshot,                                        \
-      &::sonde::sdk::detail::Adapter<Class>::collect,                                         \
-      &::sonde::sdk::detail::Adapter<Class>::destroy,                                         \
-      {}};                                                                                    \
-  const void* sonde_capability_(uint32_t id) {                                                \
-    return id == SONDE_CAP_COLLECTOR ? &sonde_collector_table_ : nullptr;                     \
-  }                                                                                           \
-  const sonde_plugin sonde_plugin_table_ = {SONDE_ABI_MAJOR, SONDE_ABI_MINOR,                 \
-                                            sizeof(sonde_plugin), name_,                      \
-                                            description_,    priority_,                       \
-                                            &sonde_capability_, {}};                          \
-  }                                                                                           \
-  SONDE_PLUGIN_EXPORT const sonde_plugin* sonde_plugin_entry(void) { return &sonde_plugin_table_; }
+#define SONDE_COLLECTOR_PLUGIN(Class, name_, description_, priority_, default_entry_yaml_) \
+  namespace {                                                                              \
+  const sonde_collector_v1 sonde_collector_table_ = {                                      \
+      sizeof(sonde_collector_v1),                                                          \
+      default_entry_yaml_,                                                                 \
+      &::sonde::sdk::detail::Adapter<Class>::create,                                       \
+      &::sonde::sdk::detail::Adapter<Class>::devices,                                      \
+      &::sonde::sdk::detail::Adapter<Class>::snapshot,                                     \
+      &::sonde::sdk::detail::Adapter<Class>::collect,                                      \
+      &::sonde::sdk::detail::Adapter<Class>::destroy,                                      \
+      {}};                                                                                 \
+  const void* sonde_capability_(uint32_t id) {                                             \
+    return id == SONDE_CAP_COLLECTOR ? &sonde_collector_table_ : nullptr;                  \
+  }                                                                                        \
+  const sonde_plugin sonde_plugin_table_ = {                                               \
+      SONDE_ABI_MAJOR, SONDE_ABI_MINOR, sizeof(sonde_plugin), name_,                       \
+      description_,    priority_,       &sonde_capability_,   {}};                         \
+  }                                                                                        \
+  SONDE_PLUGIN_EXPORT const sonde_plugin* sonde_plugin_entry(void) {                       \
+    return &sonde_plugin_table_;                                                           \
+  }

@@ -138,13 +138,18 @@ class CumulativeRateHandler final : public Handler {
                                                   c->values.size()));
     State& st = state_[level_index(level)];
     const bool first = !st.valid;
-    const double dt = time_s - st.time_s;
-    if (first) st.prev.assign(columns_.size(), kNaN);
+    if (first) {
+      st.prev.assign(columns_.size(), kNaN);
+      st.prev_time_s.assign(columns_.size(), time_s);
+    }
+    std::optional<std::size_t> bad;
     for (std::size_t i = 0; i < columns_.size(); ++i) {
       const double cur = c->values[i];
       const double prev = st.prev[i];
+      const double dt = time_s - st.prev_time_s[i];  // since this counter's last good value
       if (!std::isfinite(cur)) {
         out[i] = kNaN;
+        if (!bad) bad = i;
         continue;  // keep the previous baseline
       }
       if (first || std::isnan(prev))
@@ -154,9 +159,12 @@ class CumulativeRateHandler final : public Handler {
       else
         out[i] = (cur - prev) / dt;
       st.prev[i] = cur;
+      st.prev_time_s[i] = time_s;
     }
-    st.time_s = time_s;
     st.valid = true;
+    if (bad)
+      return make_error(Errc::failed,
+                        fmt::format("counter {} is not a finite number", columns_[*bad]));
     return {};
   }
   std::string_view accepts() const override { return "counters"; }
@@ -164,8 +172,8 @@ class CumulativeRateHandler final : public Handler {
  private:
   struct State {
     bool valid = false;
-    double time_s = 0;
-    std::vector<double> prev;
+    std::vector<double> prev;         // last finite value per counter
+    std::vector<double> prev_time_s;  // and when it was read
   };
   std::vector<std::string> columns_;
   std::array<State, kNumLevels> state_{};

@@ -220,6 +220,9 @@ const sonde_host_api kHostApi = {sizeof(sonde_host_api),
 
 struct Library {
   void* handle = nullptr;
+  // The checked file stays open while the library is loaded: glibc identifies a loaded library
+  // by the name given to dlopen, and a reused /proc/self/fd/N name would alias another plugin.
+  int fd = -1;
   std::string path;
   const sonde_plugin* plugin = nullptr;
   const sonde_collector_v1* collector = nullptr;
@@ -242,14 +245,15 @@ Result<std::shared_ptr<Library>> load_library(const std::string& path) {
   const std::string by_fd = fmt::format("/proc/self/fd/{}", *fd);
   ::dlerror();
   void* handle = ::dlopen(by_fd.c_str(), RTLD_NOW | RTLD_LOCAL);
-  ::close(*fd);
   if (handle == nullptr) {
+    ::close(*fd);
     const char* why = ::dlerror();
     return make_error(Errc::unavailable,
                       fmt::format("cannot load plugin {}: {}", path, why ? why : "dlopen failed"));
   }
   auto lib = std::make_shared<Library>();
   lib->handle = handle;
+  lib->fd = *fd;
   lib->path = path;
   ::dlerror();
   void* sym = ::dlsym(handle, SONDE_PLUGIN_ENTRY_NAME);

@@ -68,6 +68,11 @@ class SdkInstall : public testing::Test {
     ASSERT_TRUE(succeeded(argv, r));
   }
 
+  // Each prefix holds a copy of the sonde binary (tens of MB): keep it only to debug a failure.
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
   std::string pkg_config(const std::vector<std::string>& args) {
     std::vector<std::string> argv = {"pkg-config"};
     argv.insert(argv.end(), args.begin(), args.end());

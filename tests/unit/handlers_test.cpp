@@ -91,3 +91,20 @@ TEST(Handlers, UnknownHandlerIsAConfigError) {
 
 }  // namespace
 }  // namespace sonde
+
+namespace sonde {
+namespace {
+TEST(Handlers, NonFiniteCountersAreAnErrorAndKeepTheBaseline) {
+  auto h = make_handler({.target = "CumulativeRateHandler", .columns = {"a", "b"}});
+  ASSERT_TRUE(h.ok());
+  std::vector<double> out(2);
+  ASSERT_TRUE((*h)->handle(Level::system, Counters{{10, 10}}, 1.0, out).ok());
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto r = (*h)->handle(Level::system, Counters{{nan, 20}}, 2.0, out);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("counter a"), std::string::npos);
+  ASSERT_TRUE((*h)->handle(Level::system, Counters{{30, 30}}, 3.0, out).ok());
+  EXPECT_EQ(out[0], 10);  // (30 - 10) / 2 s: the NaN did not move the baseline
+}
+}  // namespace
+}  // namespace sonde
