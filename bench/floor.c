@@ -38,14 +38,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const per_pid_files[] = {"stat", "statm", "io"};
-static const char *const system_files[] = {"/proc/stat", "/proc/meminfo", "/proc/diskstats",
+static const char* const per_pid_files[] = {"stat", "statm", "io"};
+static const char* const system_files[] = {"/proc/stat", "/proc/meminfo", "/proc/diskstats",
                                            "/proc/net/dev"};
 
 static int read_to_eof = 0;
 static char buf[4096];
 
-static long read_file(const char *path) {
+static long read_file(const char* path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1; /* vanished or not permitted: normal */
   long total = 0;
@@ -60,7 +60,7 @@ static long read_file(const char *path) {
   return total;
 }
 
-static int is_pid_name(const char *s) {
+static int is_pid_name(const char* s) {
   if (*s < '1' || *s > '9') return 0;
   for (; *s; ++s)
     if (*s < '0' || *s > '9') return 0;
@@ -68,18 +68,18 @@ static int is_pid_name(const char *s) {
 }
 
 /* One tick. Returns the number of pids seen; adds the files read to *files. */
-static long tick(int with_system, long *files) {
+static long tick(int with_system, long* files) {
   long pids = 0;
   char path[300];
   if (with_system)
     for (size_t i = 0; i < sizeof system_files / sizeof *system_files; ++i)
       if (read_file(system_files[i]) >= 0) ++*files;
-  DIR *d = opendir("/proc");
+  DIR* d = opendir("/proc");
   if (!d) {
     perror("floor: opendir /proc");
     exit(1);
   }
-  struct dirent *e;
+  struct dirent* e;
   while ((e = readdir(d)) != NULL) {
     if (!is_pid_name(e->d_name)) continue;
     ++pids;
@@ -106,33 +106,42 @@ static double mono_us(void) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: floor [--ticks N] [--interval S] [--warmup N] [--once] "
-                  "[--with-system-files] [--read-to-eof] [--times FILE]\n");
+  fprintf(stderr,
+          "usage: floor [--ticks N] [--interval S] [--warmup N] [--once] "
+          "[--with-system-files] [--read-to-eof] [--times FILE]\n");
   exit(2);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   long ticks = 100, warmup = 1;
   double interval = 0.05;
   int once = 0, with_system = 0;
-  const char *times_path = NULL;
+  const char* times_path = NULL;
   for (int i = 1; i < argc; ++i) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--ticks") && i + 1 < argc) ticks = atol(argv[++i]);
-    else if (!strcmp(a, "--interval") && i + 1 < argc) interval = atof(argv[++i]);
-    else if (!strcmp(a, "--warmup") && i + 1 < argc) warmup = atol(argv[++i]);
-    else if (!strcmp(a, "--once")) once = 1;
-    else if (!strcmp(a, "--with-system-files")) with_system = 1;
-    else if (!strcmp(a, "--read-to-eof")) read_to_eof = 1;
-    else if (!strcmp(a, "--times") && i + 1 < argc) times_path = argv[++i];
-    else usage();
+    const char* a = argv[i];
+    if (!strcmp(a, "--ticks") && i + 1 < argc)
+      ticks = atol(argv[++i]);
+    else if (!strcmp(a, "--interval") && i + 1 < argc)
+      interval = atof(argv[++i]);
+    else if (!strcmp(a, "--warmup") && i + 1 < argc)
+      warmup = atol(argv[++i]);
+    else if (!strcmp(a, "--once"))
+      once = 1;
+    else if (!strcmp(a, "--with-system-files"))
+      with_system = 1;
+    else if (!strcmp(a, "--read-to-eof"))
+      read_to_eof = 1;
+    else if (!strcmp(a, "--times") && i + 1 < argc)
+      times_path = argv[++i];
+    else
+      usage();
   }
   if (once) {
     ticks = 1;
     warmup = 0;
   }
   if (ticks < 1 || warmup < 0 || !(interval > 0)) usage();
-  double *starts = NULL;
+  double* starts = NULL;
   if (times_path) {
     starts = calloc((size_t)(warmup + ticks), sizeof *starts);
     if (!starts) {
@@ -170,12 +179,13 @@ int main(int argc, char **argv) {
     }
   }
   double cpu = cpu_us() - cpu0;
-  printf("floor ticks=%ld warmup=%ld interval=%g pids=%ld files_per_tick=%ld cpu_us_per_tick=%.1f "
-         "cpu_us_per_pid=%.2f wall_us_per_tick=%.1f late_ticks=%ld\n",
-         ticks, warmup, interval, pids, files / ticks, cpu / (double)ticks,
-         pids ? cpu / (double)ticks / (double)pids : 0.0, busy_us / (double)ticks, late);
+  printf(
+      "floor ticks=%ld warmup=%ld interval=%g pids=%ld files_per_tick=%ld cpu_us_per_tick=%.1f "
+      "cpu_us_per_pid=%.2f wall_us_per_tick=%.1f late_ticks=%ld\n",
+      ticks, warmup, interval, pids, files / ticks, cpu / (double)ticks,
+      pids ? cpu / (double)ticks / (double)pids : 0.0, busy_us / (double)ticks, late);
   if (starts) {
-    FILE *f = fopen(times_path, "w");
+    FILE* f = fopen(times_path, "w");
     if (!f) {
       perror("floor: --times");
       return 1;

@@ -101,8 +101,8 @@ static void forker_main(pid_t manager, pid_t group, int report_fd, long leaves) 
   idle_forever();
 }
 
-static long parse_count(const char *s) {
-  char *end;
+static long parse_count(const char* s) {
+  char* end;
   errno = 0;
   long v = strtol(s, &end, 10);
   if (errno || *end || v < 0) {
@@ -128,13 +128,16 @@ static void kill_all_and_reap(void) {
   }
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   long n = -1, forkers = -1;
   int use_stdin = 1;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--forkers") && i + 1 < argc) forkers = parse_count(argv[++i]);
-    else if (!strcmp(argv[i], "--no-stdin")) use_stdin = 0;
-    else if (n < 0 && argv[i][0] != '-') n = parse_count(argv[i]);
+    if (!strcmp(argv[i], "--forkers") && i + 1 < argc)
+      forkers = parse_count(argv[++i]);
+    else if (!strcmp(argv[i], "--no-stdin"))
+      use_stdin = 0;
+    else if (n < 0 && argv[i][0] != '-')
+      n = parse_count(argv[i]);
     else {
       fprintf(stderr, "usage: idle_procs N [--forkers F] [--no-stdin]\n");
       return 2;
@@ -248,7 +251,6 @@ int main(int argc, char **argv) {
     }
   }
   kill_all_and_reap();
-  if (reaped < n)
-    fprintf(stderr, "idle_procs: reaped %ld of %ld processes\n", reaped, n);
+  if (reaped < n) fprintf(stderr, "idle_procs: reaped %ld of %ld processes\n", reaped, n);
   return 0;
 }
