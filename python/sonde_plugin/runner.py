@@ -12,7 +12,6 @@ traceback is printed only with SONDE_PLUGIN_DEBUG=1.
 import importlib
 import inspect
 import json
-import math
 import numbers
 import os
 import sys
@@ -22,7 +21,6 @@ from sonde_plugin.backend import CollectorBackend
 from sonde_plugin.context import CollectionContext, NodeInfo, pids_from_wire
 
 DEBUG = os.environ.get("SONDE_PLUGIN_DEBUG") == "1"
-QUOTED = {}  # level name -> its JSON string
 
 
 class SetupError(Exception):
@@ -136,11 +134,10 @@ class Server:
     def __init__(self, target):
         self.target = target
         self.collector = None
-        self.levels = []
-        self.target_info = {}
         self.node_info = None
         self.interval = None
         self.snapshot = None
+        self.pid = self.uid = self.slurm_job = None
 
     def setup(self, msg):
         try:
@@ -185,7 +182,10 @@ class Server:
         snapshot = getattr(self.collector, "snapshot", None)
         overridden = getattr(type(self.collector), "snapshot", None) is not CollectorBackend.snapshot
         self.snapshot = snapshot if callable(snapshot) and overridden else None
-        self.target_info = msg.get("target") or {}
+        target_info = msg.get("target") or {}
+        self.pid = target_info.get("pid")
+        self.uid = target_info.get("uid")
+        self.slurm_job = target_info.get("slurm_job")
         self.interval = msg.get("interval")
         reply = {"ok": True, "devices": devices,
                  "context": bool(getattr(self.collector, "wants_context", False)),
@@ -196,20 +196,20 @@ class Server:
 
     def tick(self, msg):
         """The reply to a tick request, as a dict (errors) or as ready JSON bytes."""
-        n = msg.get("tick")
-        if self.collector is None:
-            return {"ok": False, "tick": n, "error": "tick before a successful setup"}
-        levels = msg.get("levels") or ()
-        pids, total_pids = pids_from_wire(msg.get("context"))
-        t = self.target_info
-        context = CollectionContext(n, msg.get("time", 0.0), msg.get("wallclock", 0.0),
-                                    msg.get("dt", 0.0), levels, pids, total_pids, self.node_info,
-                                    t.get("pid"), t.get("uid"), t.get("slurm_job"), self.interval)
+        n = msg["tick"]
         collector = self.collector
-        snapshot = self.snapshot
-        if snapshot is not None:
+        if collector is None:
+            return {"ok": False, "tick": n, "error": "tick before a successful setup"}
+        levels = msg["levels"]
+        context = CollectionContext(n, msg["time"], msg["wallclock"], msg["dt"], levels, None, None,
+                                    self.node_info, self.pid, self.uid, self.slurm_job,
+                                    self.interval)
+        raw_context = msg.get("context")
+        if raw_context is not None:
+            context.pids, context.total_pids = pids_from_wire(raw_context)
+        if self.snapshot is not None:
             try:
-                snapshot(context)
+                self.snapshot(context)
             except Exception as exc:  # noqa: BLE001
                 return {"ok": False, "tick": n, "error": "snapshot: " + describe(exc, "snapshot")}
         collect = collector.collect
@@ -219,10 +219,7 @@ class Server:
                 text = to_wire(collect(level, context))
             except Exception as exc:  # noqa: BLE001
                 text = '{"error":' + json.dumps(describe(exc, "collect({!r})".format(level))) + "}"
-            quoted = QUOTED.get(level)
-            if quoted is None:
-                quoted = QUOTED[level] = json.dumps(level)
-            parts.append(quoted + ":" + text)
+            parts.append('"%s":%s' % (level, text))  # level names are plain words
         return ('{"ok":true,"tick":%d,"values":{%s}}\n' % (n, ",".join(parts))).encode()
 
     def shutdown(self):
@@ -248,11 +245,9 @@ def take_protocol_fds():
 
 
 def write_all(fd, data):
-    written = os.write(fd, data)
-    if written < len(data):  # a large reply on a full pipe
-        view = memoryview(data)[written:]
-        while view:
-            view = view[os.write(fd, view):]
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def encode(reply):
@@ -271,26 +266,36 @@ decode = json.JSONDecoder().decode
 
 def serve(target, proto_in, proto_out):
     server = Server(target)
-    handlers = {"tick": server.tick, "setup": server.setup}
-    for line in iter(proto_in.readline, b""):
-        if not line.strip():
-            continue
+    readline = proto_in.readline
+    write = os.write
+    while True:
+        line = readline()
+        if not line:
+            break
         try:
             msg = decode(line.decode())
             op = msg["op"]
         except (ValueError, TypeError, KeyError, UnicodeDecodeError):
-            write_all(proto_out, encode({"ok": False, "error": "malformed request"}))
+            if line.strip():
+                write_all(proto_out, encode({"ok": False, "error": "malformed request"}))
             continue
-        if op == "shutdown":
-            break
-        handler = handlers.get(op)
         try:
-            reply = handler(msg) if handler else {"ok": False,
-                                                  "error": "unknown op {!r}".format(op)}
+            if op == "tick":
+                reply = server.tick(msg)
+            elif op == "setup":
+                reply = server.setup(msg)
+            elif op == "shutdown":
+                break
+            else:
+                reply = {"ok": False, "error": "unknown op {!r}".format(op)}
         except Exception as exc:  # noqa: BLE001 - a malformed request, never the end
             reply = {"ok": False, "tick": msg.get("tick"),
                      "error": "bad {} request: {}".format(op, describe(exc, op))}
-        write_all(proto_out, encode(reply))
+        if type(reply) is not bytes:
+            reply = encode(reply)
+        written = write(proto_out, reply)
+        if written < len(reply):  # a large reply on a full pipe
+            write_all(proto_out, reply[written:])
     server.shutdown()
 
 

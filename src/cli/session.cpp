@@ -309,7 +309,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     if (engine.discover_every() > 1)
       run_dir->update("degraded", {{"since_tick", engine.degraded_since_tick()},
                                    {"discover_every", engine.discover_every()},
-                                   {"why", "ticks took more than half the interval"}});
+                                   {"why", "the /proc scan took more than half the interval"}});
     run_dir->finish(outcome, summary, engine.ticks(), missed);
   }
   if (!streaming && !common.quiet) std::cerr << summary_text(summary);

@@ -350,7 +350,8 @@ const Engine::Tick& Engine::tick() {
   ctx.target = &opts_.target;
   ctx.roots = &opts_.roots;
   ctx.procs = &scanner_->scan(boottime_now());
-  scan_s_ += monotonic_now() - ctx.time_s;
+  const double scan_done = monotonic_now();
+  scan_s_ += scan_done - ctx.time_s;
 
   for (Level l : levels_)
     std::fill(tick_.rows[level_index(l)].begin(), tick_.rows[level_index(l)].end(), kNaN);
@@ -382,7 +383,8 @@ const Engine::Tick& Engine::tick() {
   // Degrade visibly rather than miss ticks: a tick that uses more than half the interval lists
   // /proc less often from now on (the slot is missed only if sampling the known pids alone does
   // not fit).
-  const double tick_s = monotonic_now() - ctx.time_s;
+  // Only the /proc scan counts: a plugin that uses its deadline is contained by the deadline.
+  const double tick_s = scan_done - ctx.time_s;
   if (ticks_ > 0 && tick_s > interval_s_ / 2 && scanner_->discover_every() < 64) {
     const unsigned every = scanner_->discover_every() * 4;
     scanner_->set_discover_every(every);
