@@ -77,8 +77,8 @@ class Engine {
   std::uint64_t ticks() const { return ticks_; }
   /// CPU-less wall time spent in the /proc scan, summed over ticks.
   double scan_s() const { return scan_s_; }
-  /// Graceful degradation: when the /proc scan takes more than half the interval, /proc is listed (new
-  /// pids found, membership re-evaluated) only every n-th tick; known pids are still sampled
+  /// Graceful degradation: when the /proc scan takes more than half the interval, /proc is listed
+  /// (new pids found, membership re-evaluated) only every n-th tick; known pids are still sampled
   /// every tick. 1 = not degraded. Reported in the manifest and once on stderr.
   unsigned discover_every() const { return scanner_->discover_every(); }
   std::uint64_t degraded_since_tick() const { return degraded_since_tick_; }

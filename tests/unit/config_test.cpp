@@ -137,7 +137,8 @@ TEST(ConfigDefaults, SettingTableMatchesDefaults) {
   Config cfg = defaults();
   std::vector<std::string> keys;
   for (const SettingInfo& s : setting_table()) keys.emplace_back(s.key);
-  EXPECT_EQ(keys, (std::vector<std::string>{"interval", "levels", "out_dir", "raise_priority", "collectors"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"interval", "levels", "out_dir", "raise_priority",
+                                            "collectors"}));
   EXPECT_EQ(std::stod(setting_table()[0].default_value), cfg.interval_s);
   EXPECT_EQ(setting_table()[2].default_value, cfg.out_dir);
 }
@@ -460,11 +461,13 @@ const BadCase kBadCases[] = {
      "invalid YAML"},
     {"two_documents", "interval: 1\n---\ninterval: 2\n", 3, "expected one YAML document, found 2"},
     {"top_level_list", "- interval\n- 1\n", 1,
-     "expected a map of settings (interval, levels, out_dir, raise_priority, collectors) at the top level, got "
+     "expected a map of settings (interval, levels, out_dir, raise_priority, collectors) at the "
+     "top level, got "
      "a list"},
     {"top_level_scalar", "# hello\njust words\n", 2, "at the top level, got 'just words'"},
     {"unknown_top_level_key", "interval: 1\nintervall: 2\n", 2,
-     "unknown key 'intervall' (expected one of: interval, levels, out_dir, raise_priority, collectors)"},
+     "unknown key 'intervall' (expected one of: interval, levels, out_dir, raise_priority, "
+     "collectors)"},
     {"duplicate_key", "interval: 1\nout_dir: a\ninterval: 2\n", 3,
      "duplicate key 'interval' (first given on line 1)"},
     {"interval_zero", "interval: 0\n", 1, "interval: expected a number of seconds > 0, got '0'"},
