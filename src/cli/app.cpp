@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <cstdlib>
 #include <iostream>
 
@@ -18,6 +20,28 @@ Registry make_registry() {
   register_builtin_collectors(registry);
   plugins::register_plugin_factories(registry);
   return registry;
+}
+
+std::unique_ptr<Engine> engine_for_shell(const Config& cfg, const Registry& registry,
+                                         int& exit_status) {
+  const Roots roots = roots_from_env();
+  auto target = discover_target(roots, ::getpid());
+  if (!target) {
+    print_error(target.error().message);
+    exit_status = kExitFailure;
+    return nullptr;
+  }
+  target->pid = ::getpid();
+  EngineOptions eo;
+  eo.roots = roots;
+  eo.target = *target;
+  auto engine = Engine::create(cfg, eo, registry);
+  if (!engine) {
+    print_error(engine.error().message);
+    exit_status = engine.error().code == Errc::config ? kExitUsage : kExitFailure;
+    return nullptr;
+  }
+  return std::move(*engine);
 }
 
 Roots roots_from_env() {

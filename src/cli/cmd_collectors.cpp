@@ -17,23 +17,11 @@ int cmd_collectors(const CommonOptions& common, bool timing) {
   if (!cfg) return kExitUsage;
   // Describe the collectors as they would run for a program started from this shell: every level
   // that applies, with sonde standing in for the target.
-  const Roots roots = roots_from_env();
-  auto target = discover_target(roots, ::getpid());
-  if (!target) {
-    print_error(target.error().message);
-    return kExitFailure;
-  }
-  target->pid = ::getpid();
-  EngineOptions eo;
-  eo.roots = roots;
-  eo.target = *target;
   const Registry registry = make_registry();
-  auto engine_r = Engine::create(*cfg, eo, registry);
-  if (!engine_r) {
-    print_error(engine_r.error().message);
-    return engine_r.error().code == Errc::config ? kExitUsage : kExitFailure;
-  }
-  Engine& engine = **engine_r;
+  int status = kExitOk;
+  auto engine_ptr = engine_for_shell(*cfg, registry, status);
+  if (!engine_ptr) return status;
+  Engine& engine = *engine_ptr;
   constexpr int kTimingTicks = 20;
   if (timing) {
     for (int i = 0; i < kTimingTicks; ++i) {

@@ -29,22 +29,9 @@ int cmd_config_check(const std::string& file) {
     print_error(ok.error().message);
     return kExitUsage;
   }
-  const Roots roots = roots_from_env();
-  auto target = discover_target(roots, ::getpid());
-  if (!target) {
-    print_error(target.error().message);
-    return kExitFailure;
-  }
-  target->pid = ::getpid();
-  EngineOptions eo;
-  eo.roots = roots;
-  eo.target = *target;
   const Registry registry = make_registry();
-  auto engine = Engine::create(cfg, eo, registry);
-  if (!engine) {
-    print_error(engine.error().message);
-    return engine.error().code == Errc::config ? kExitUsage : kExitFailure;
-  }
+  int status = kExitOk;
+  if (!engine_for_shell(cfg, registry, status)) return status;
   std::cout << file << ": ok\n";
   return kExitOk;
 }

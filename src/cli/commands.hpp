@@ -1,11 +1,13 @@
 #pragma once
 // The subcommands. main() only calls run_cli; everything else lives in the library.
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/collector.hpp"
 #include "core/config.hpp"
+#include "core/engine.hpp"
 #include "core/fs.hpp"
 #include "core/level.hpp"
 
@@ -36,6 +38,11 @@ Roots roots_from_env();
 void print_error(const std::string& message);
 /// The registry of every collector target: built-ins and the plugin factories.
 Registry make_registry();
+
+/// Builds the engine as it would run for a program started from this shell (sonde stands in
+/// for the target), printing the error. `exit_status` gets 2 for configuration errors, else 1.
+std::unique_ptr<Engine> engine_for_shell(const Config& cfg, const Registry& registry,
+                                         int& exit_status);
 
 struct SessionOptions {
   enum class Mode { run, record, stream } mode = Mode::run;
