@@ -51,6 +51,10 @@ class CpuCollector final : public Collector {
     if (!st) return st.error();
     PerDevice out;
     out.values.assign(system_ids_.size(), kNaN);
+    // Two ticks within one clock tick of the kernel (e.g. the last sample of `sonde run` right
+    // after a scheduled one) see no time pass: not measured, and the baseline stays.
+    if (!prev_.per_cpu.empty() && st->total.total() == prev_.total.total())
+      return RawValue(std::move(out));
     if (!prev_.per_cpu.empty()) {
       for (std::size_t i = 0; i < system_ids_.size(); ++i) {
         const auto cur = find(*st, system_ids_[i]);
