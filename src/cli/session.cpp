@@ -34,14 +34,6 @@ int pidfd_open(int pid) {
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
 
-timespec to_timespec(double s) {
-  if (s < 0) s = 0;
-  timespec ts{};
-  ts.tv_sec = static_cast<time_t>(s);
-  ts.tv_nsec = static_cast<long>((s - static_cast<double>(ts.tv_sec)) * 1e9);
-  return ts;
-}
-
 int status_code(int wstatus) {
   if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
   if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);

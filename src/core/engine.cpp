@@ -63,6 +63,14 @@ double boottime_now() {
   return clock_s(CLOCK_BOOTTIME);
 }
 
+timespec to_timespec(double seconds) {
+  if (seconds < 0) seconds = 0;
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(seconds);
+  ts.tv_nsec = static_cast<long>((seconds - static_cast<double>(ts.tv_sec)) * 1e9);
+  return ts;
+}
+
 std::string_view state_name(CollectorState s) {
   switch (s) {
     case CollectorState::ok: return "ok";

@@ -1,6 +1,8 @@
 #pragma once
 // The engine: builds collectors and handlers from the configuration, then samples one tick at a
 // time (one /proc scan, every collector for every active level). Scheduling lives in Sampler.
+#include <time.h>
+
 #include <array>
 #include <functional>
 #include <memory>
@@ -114,5 +116,7 @@ class Engine {
 double monotonic_now();
 double wallclock_now();
 double boottime_now();
+/// A relative timeout for ppoll; negative durations become 0.
+timespec to_timespec(double seconds);
 
 }  // namespace sonde

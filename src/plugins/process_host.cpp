@@ -42,14 +42,6 @@ constexpr double kShutdownGraceS = 1.0;  ///< after {"op":"shutdown"}, before SI
 constexpr double kTermGraceS = 1.0;      ///< after SIGTERM, before SIGKILL
 constexpr int kPipeBytes = 1 << 20;      ///< requested size of the request pipe
 
-timespec to_timespec(double s) {
-  if (s < 0) s = 0;
-  timespec ts{};
-  ts.tv_sec = static_cast<time_t>(s);
-  ts.tv_nsec = static_cast<long>((s - static_cast<double>(ts.tv_sec)) * 1e9);
-  return ts;
-}
-
 std::string describe_status(int wstatus) {
   if (WIFEXITED(wstatus)) return fmt::format("exited with status {}", WEXITSTATUS(wstatus));
   if (WIFSIGNALED(wstatus))
