@@ -1,0 +1,75 @@
+#pragma once
+// GPUs as sonde sees them, whatever the vendor: NVIDIA through NVML, AMD through ROCm SMI, both
+// loaded with dlopen at run time (src/gpu/nvml.cpp, src/gpu/rocm.cpp). Absent libraries and nodes
+// without devices are normal: open_gpus() then returns no backend and says why in `notes`.
+//
+// A field the device or driver does not support is std::nullopt (printed `??` in text and `null`
+// in JSON), never 0. A device that fails or is lost keeps its slot with `error` set, so the
+// other devices are still shown.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sonde::gpu {
+
+struct GpuProcess {
+  int pid = 0;
+  std::optional<std::uint64_t> used_memory_bytes;  ///< nullopt: the driver does not say
+  bool compute = false;                            ///< listed by the compute-process call
+  bool graphics = false;                           ///< listed by the graphics-process call
+  /// Per-process utilisation samples over the last interval (NVML process utilisation), percent.
+  std::optional<double> sm_util, mem_util, enc_util, dec_util;
+};
+
+struct GpuDevice {
+  int index = 0;          ///< index within its vendor (the `[i]` of gpustat)
+  std::string vendor;     ///< "nvidia" or "amd"
+  std::string name;       ///< empty only with `error`
+  std::string uuid;
+  std::string pci_bus_id;
+  std::optional<double> temperature_c;
+  std::optional<double> fan_percent;
+  std::optional<double> util_gpu;  ///< percent
+  std::optional<double> util_mem;  ///< memory-controller (bandwidth) utilisation, percent
+  std::optional<std::uint64_t> mem_used_bytes, mem_total_bytes;
+  std::optional<double> power_w, power_limit_w;
+  std::optional<std::uint64_t> energy_mj;  ///< total energy since driver load, millijoules
+  std::optional<double> enc_util, dec_util;
+  /// nullopt: the driver cannot list processes on this device ("not supported").
+  std::optional<std::vector<GpuProcess>> processes;
+  std::optional<std::string> error;  ///< lost or failing device: what happened
+};
+
+struct GpuSnapshot {
+  std::vector<GpuDevice> devices;  ///< NVIDIA first, then AMD
+  std::string nvidia_driver;       ///< empty without NVML
+  std::string amd_driver;          ///< empty without ROCm SMI
+};
+
+/// One vendor library, loaded and initialised. Not thread-safe: one thread queries it.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* vendor() const = 0;
+  virtual std::string driver_version() const = 0;
+  virtual int device_count() const = 0;
+  /// Reads everything about device `index`; never throws, a failure sets `error`.
+  /// `with_processes`: also list processes (and per-process utilisation where offered).
+  virtual GpuDevice query(int index, bool with_processes) = 0;
+};
+
+/// Every backend that could be opened, and why the others could not (e.g. "NVML: cannot load
+/// libnvidia-ml.so.1: ..."). `nvml_library` / `rocm_library`: paths to load; empty means
+/// $SONDE_NVML_LIBRARY / $SONDE_ROCM_SMI_LIBRARY, else the usual sonames.
+struct Gpus {
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<std::string> notes;
+  bool nvml_loaded = false;  ///< the NVIDIA library was found and initialised
+};
+Gpus open_gpus();
+/// Queries every device of every backend.
+GpuSnapshot query_all(Gpus& gpus, bool with_processes);
+
+}  // namespace sonde::gpu
