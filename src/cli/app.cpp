@@ -139,6 +139,18 @@ int run_cli(int argc, char** argv) {
   stream->add_option("--target-pid", session.pid,
                      "process to monitor (default: the parent process)");
 
+  ServeOptions serve_opts;
+  auto* serve = app.add_subcommand("serve", "Prometheus/OpenMetrics exporter of the node");
+  serve->add_option("--config", common.config_file, "configuration file, merged last");
+  serve->add_option("--interval", common.interval_s, "sampling interval in seconds (>= 0.01)");
+  serve->add_option("--listen", serve_opts.listen,
+                    "HOST:PORT to listen on (default 127.0.0.1:9850; port 0: any free port)");
+  serve->add_flag("--per-user", serve_opts.per_user, "CPU, memory and processes per user");
+  serve->add_flag("--per-job", serve_opts.per_job, "CPU, memory and processes per Slurm job");
+  serve->add_option("--max-series", serve_opts.max_series,
+                    "label values per user/job family before the rest is summed as \"other\" "
+                    "(default 100)");
+
   bool timing = false;
   auto* collectors =
       app.add_subcommand("collectors", "list the configured collectors and their columns");
@@ -191,6 +203,7 @@ int run_cli(int argc, char** argv) {
     session.mode = SessionOptions::Mode::stream;
     return run_session(common, session);
   }
+  if (*serve) return cmd_serve(common, serve_opts);
   if (*collectors) return cmd_collectors(common, timing);
   if (*host) return plugins::run_plugin_host(host_file);
   if (*show) return cmd_config_show(common, defaults);

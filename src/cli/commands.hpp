@@ -53,6 +53,15 @@ struct SessionOptions {
 };
 int run_session(const CommonOptions& common, const SessionOptions& session);
 
+/// `sonde serve`: the Prometheus/OpenMetrics exporter.
+struct ServeOptions {
+  std::string listen = "127.0.0.1:9850";  ///< HOST:PORT; port 0 picks a free one
+  bool per_user = false;
+  bool per_job = false;
+  int max_series = 100;  ///< label values per owner family before "other"
+};
+int cmd_serve(const CommonOptions& common, const ServeOptions& serve);
+
 int cmd_collectors(const CommonOptions& common, bool timing);
 int cmd_config_show(const CommonOptions& common, bool defaults);
 int cmd_config_check(const std::string& file);

@@ -1,0 +1,459 @@
+#include "sinks/prometheus.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace sonde::prom {
+
+Format negotiate(std::string_view accept) {
+  // Prometheus asks "application/openmetrics-text;version=1.0.0,application/openmetrics-text;
+  // version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"; a client that does not
+  // name OpenMetrics gets the classic format.
+  return accept.find("application/openmetrics-text") != std::string_view::npos ? Format::openmetrics
+                                                                               : Format::prometheus;
+}
+
+std::string escape_label_value(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string escape_help(std::string_view v, Format f) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '"' && f == Format::openmetrics)
+      out += "\\\"";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string sanitize_name(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 1);
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    char m = std::isalnum(u) ? static_cast<char>(std::tolower(u)) : '_';
+    if (m == '_' && (out.empty() || out.back() == '_')) continue;
+    out += m;
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out.front()))) out = "x_" + out;
+  return out;
+}
+
+std::string format_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (v == 0) return "0";  // also -0
+  return fmt::format("{}", v);
+}
+
+namespace {
+
+std::string_view type_name(Type t, Format f) {
+  switch (t) {
+    case Type::counter: return "counter";
+    case Type::info: return f == Format::openmetrics ? "info" : "gauge";
+    case Type::gauge: break;
+  }
+  return "gauge";
+}
+
+void render_labels(const std::vector<Label>& labels, std::string& out) {
+  if (labels.empty()) return;
+  out += '{';
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (i) out += ',';
+    out += labels[i].name;
+    out += "=\"";
+    out += escape_label_value(labels[i].value);
+    out += '"';
+  }
+  out += '}';
+}
+
+}  // namespace
+
+void render(const std::vector<Family>& families, Format f, std::string& out) {
+  for (const Family& fam : families) {
+    if (fam.samples.empty()) continue;
+    // Prometheus 0.0.4 names the counter by its sample name (with _total); OpenMetrics names the
+    // family without the suffix.
+    std::string meta_name = fam.name;
+    std::string sample_name = fam.name;
+    if (fam.type == Type::counter) {
+      sample_name += "_total";
+      if (f == Format::prometheus) meta_name = sample_name;
+    } else if (fam.type == Type::info) {
+      sample_name += "_info";
+      if (f == Format::prometheus) meta_name = sample_name;
+    }
+    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", meta_name,
+                   escape_help(fam.help, f), meta_name, type_name(fam.type, f));
+    if (f == Format::openmetrics && !fam.unit.empty())
+      fmt::format_to(std::back_inserter(out), "# UNIT {} {}\n", meta_name, fam.unit);
+    for (const Sample& s : fam.samples) {
+      out += sample_name;
+      render_labels(s.labels, out);
+      out += ' ';
+      out += format_value(s.value);
+      out += '\n';
+    }
+  }
+}
+
+// ---- Exporter -------------------------------------------------------------------------------
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+/// What a known column becomes.
+struct KnownMetric {
+  const char* name;  ///< family name (counters without _total)
+  Type type;
+  const char* unit;
+  double scale;
+  bool integrate;  ///< a rate column summed back into a counter (rounded to whole units)
+  const char* help;
+};
+
+/// Scalar and counter columns of the built-in collectors (system level).
+struct KnownColumn {
+  const char* column;
+  KnownMetric metric;
+};
+const KnownColumn kKnownColumns[] = {
+    {"memory",
+     {"sonde_memory_used_bytes", Type::gauge, "bytes", kGiB, false,
+      "Memory in use on the node (MemTotal - MemAvailable)."}},
+    {"cpu_util_avg",
+     {"sonde_cpu_utilization_average_ratio", Type::gauge, "ratio", 0.01, false,
+      "Mean busy fraction over all CPUs of the node during the last interval (0-1)."}},
+    {"io_read_count",
+     {"sonde_disk_reads_completed", Type::counter, "", 1, true,
+      "Reads completed by the node's physical disks since sonde started."}},
+    {"io_write_count",
+     {"sonde_disk_writes_completed", Type::counter, "", 1, true,
+      "Writes completed by the node's physical disks since sonde started."}},
+    {"io_read",
+     {"sonde_disk_read_bytes", Type::counter, "bytes", 1, true,
+      "Bytes read from the node's physical disks since sonde started."}},
+    {"io_write",
+     {"sonde_disk_written_bytes", Type::counter, "bytes", 1, true,
+      "Bytes written to the node's physical disks since sonde started."}},
+    {"net_bytes_sent",
+     {"sonde_network_transmit_bytes", Type::counter, "bytes", 1, true,
+      "Bytes sent by the node's network interfaces since sonde started."}},
+    {"net_bytes_recv",
+     {"sonde_network_receive_bytes", Type::counter, "bytes", 1, true,
+      "Bytes received by the node's network interfaces since sonde started."}},
+    {"net_packets_sent",
+     {"sonde_network_transmit_packets", Type::counter, "", 1, true,
+      "Packets sent by the node's network interfaces since sonde started."}},
+    {"net_packets_recv",
+     {"sonde_network_receive_packets", Type::counter, "", 1, true,
+      "Packets received by the node's network interfaces since sonde started."}},
+    {"num_procs", {"sonde_processes", Type::gauge, "", 1, false, "Processes on the node."}},
+};
+
+/// Per-device columns "<prefix><N>" (the prefix's avg/min/max columns are left out: PromQL
+/// computes them from the per-device series).
+struct KnownPrefix {
+  const char* prefix;
+  const char* label;
+  KnownMetric metric;
+};
+const KnownPrefix kKnownPrefixes[] = {
+    {"cpu_util_",
+     "cpu",
+     {"sonde_cpu_utilization_ratio", Type::gauge, "ratio", 0.01, false,
+      "Busy fraction of one CPU during the last interval (0-1)."}},
+    {"gpu_util_",
+     "gpu",
+     {"sonde_gpu_utilization_ratio", Type::gauge, "ratio", 0.01, false,
+      "Fraction of the last interval in which a kernel ran on the GPU (0-1)."}},
+    {"gpu_band_",
+     "gpu",
+     {"sonde_gpu_memory_bandwidth_utilization_ratio", Type::gauge, "ratio", 0.01, false,
+      "Fraction of the last interval in which GPU memory was read or written (0-1)."}},
+    {"gpu_mem_",
+     "gpu",
+     {"sonde_gpu_memory_used_bytes", Type::gauge, "bytes", kGiB, false, "GPU memory in use."}},
+    {"gpu_power_",
+     "gpu",
+     {"sonde_gpu_power_watts", Type::gauge, "watts", 1, false, "GPU power draw."}},
+};
+
+std::optional<std::size_t> device_index(std::string_view column, std::string_view prefix) {
+  if (column.size() <= prefix.size() || column.substr(0, prefix.size()) != prefix)
+    return std::nullopt;
+  const std::string_view rest = column.substr(prefix.size());
+  std::size_t n = 0;
+  auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), n);
+  if (ec != std::errc() || p != rest.data() + rest.size()) return std::nullopt;
+  return n;
+}
+
+bool is_aggregate(std::string_view column, std::string_view prefix) {
+  if (column.size() <= prefix.size() || column.substr(0, prefix.size()) != prefix) return false;
+  const std::string_view rest = column.substr(prefix.size());
+  return rest == "avg" || rest == "min" || rest == "max";
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+struct Exporter::ColumnMap {
+  std::size_t column = 0;  ///< index in the system row
+  std::size_t family = 0;
+  std::size_t sample = 0;
+  double scale = 1;
+  bool integrate = false;
+  double total = 0;
+  bool started = false;
+  double last_good_s = 0;
+};
+
+Exporter::~Exporter() = default;
+
+namespace {
+// Indices of the self-metric families, in the order they are created after the column families.
+enum SelfFamily : std::size_t {
+  kCollectorDuration,
+  kCollectorCalls,
+  kCollectorErrors,
+  kCollectorDisabled,
+  kCollectorAvailable,
+  kTickDuration,
+  kTicks,
+  kTickTimestamp,
+  kInterval,
+  kScanDuration,
+  kMemoryTotal,
+  kBuildInfo,
+  kSelfCount
+};
+}  // namespace
+
+Exporter::Exporter(const Engine& engine, ExporterOptions options) : options_(options) {
+  std::map<std::string, std::size_t> by_name;
+  auto family = [&](const std::string& name, Type type, const std::string& unit,
+                    const std::string& help) -> std::size_t {
+    auto it = by_name.find(name);
+    if (it != by_name.end()) return it->second;
+    families_.push_back(Family{name, type, help, unit, {}});
+    by_name.emplace(name, families_.size() - 1);
+    return families_.size() - 1;
+  };
+  std::set<std::string> taken;  // names of the generic (plugin) families
+
+  const auto& columns = engine.columns(Level::system);
+  const NodeInfo& node = engine.node_info();
+  for (const CollectorSlot& slot : engine.collectors()) {
+    const std::size_t li = level_index(Level::system);
+    if (!slot.at_level[li]) continue;
+    for (std::size_t i = 0; i < slot.width[li]; ++i) {
+      const std::size_t col = slot.offset[li] + i;
+      const std::string& name = columns[col];
+      ColumnMap m;
+      m.column = col;
+      const KnownMetric* known = nullptr;
+      std::vector<Label> labels;
+      for (const KnownColumn& k : kKnownColumns)
+        if (name == k.column) known = &k.metric;
+      bool skip = false;
+      if (!known) {
+        for (const KnownPrefix& k : kKnownPrefixes) {
+          if (auto n = device_index(name, k.prefix)) {
+            known = &k.metric;
+            int id = static_cast<int>(*n);
+            if (std::string_view(k.label) == "cpu" && *n < node.system_cpu_ids.size())
+              id = node.system_cpu_ids[*n];
+            labels.push_back({k.label, std::to_string(id)});
+            break;
+          }
+          if (is_aggregate(name, k.prefix) && name != "cpu_util_avg") {
+            skip = true;
+            break;
+          }
+        }
+      }
+      if (skip) continue;
+      if (known) {
+        m.family = family(known->name, known->type, known->unit, known->help);
+        m.scale = known->scale;
+        m.integrate = known->integrate;
+      } else {
+        // Any other column (plugins, collectors this table does not know): a gauge in the
+        // column's own unit, named after its collector and column.
+        const bool builtin = slot.info != nullptr;
+        std::string fname =
+            sanitize_name(std::string(builtin ? "sonde_builtin_" : "sonde_plugin_") +
+                          slot.spec.name + "_" + name);
+        if (ends_with(fname, "_total") || ends_with(fname, "_info") || ends_with(fname, "_created"))
+          fname += "_value";
+        std::string unique = fname;
+        for (int k = 2; taken.count(unique) || by_name.count(unique); ++k)
+          unique = fmt::format("{}_{}", fname, k);
+        taken.insert(unique);
+        m.family = family(unique, Type::gauge, "",
+                          fmt::format("Column {} of collector {} ({}), as sonde records it.", name,
+                                      slot.spec.name, slot.spec.target));
+      }
+      m.sample = families_[m.family].samples.size();
+      families_[m.family].samples.push_back(Sample{std::move(labels), kNaN});
+      maps_.push_back(m);
+    }
+  }
+
+  // Self-metrics: one sample per collector for the per-collector families.
+  const std::size_t first_self = families_.size();
+  families_.push_back({"sonde_collector_duration_seconds", Type::counter,
+                       "Time spent in each collector (snapshot, collect, handle).", "seconds"});
+  families_.push_back(
+      {"sonde_collector_calls", Type::counter, "Ticks in which each collector was called.", ""});
+  families_.push_back({"sonde_collector_errors", Type::counter,
+                       "Failed or late collect calls of each collector.", ""});
+  families_.push_back({"sonde_collector_disabled", Type::gauge,
+                       "1 when the collector was disabled after repeated failures.", ""});
+  families_.push_back({"sonde_collector_available", Type::gauge,
+                       "1 when the collector can work on this node (0: absent, e.g. no GPU).", ""});
+  families_.push_back({"sonde_tick_duration_seconds", Type::gauge,
+                       "Wall time of the last sampling tick.", "seconds"});
+  families_.push_back({"sonde_ticks", Type::counter, "Sampling ticks since sonde started.", ""});
+  families_.push_back({"sonde_tick_timestamp_seconds", Type::gauge,
+                       "Wall-clock time (Unix epoch) of the last sampling tick.", "seconds"});
+  families_.push_back({"sonde_sampling_interval_seconds", Type::gauge,
+                       "Interval between two sampling ticks.", "seconds"});
+  families_.push_back(
+      {"sonde_proc_scan_duration_seconds", Type::counter, "Time spent scanning /proc.", "seconds"});
+  families_.push_back(
+      {"sonde_memory_total_bytes", Type::gauge, "Memory of the node (MemTotal).", "bytes"});
+  families_.push_back({"sonde_build", Type::info, "Version of the sonde exporter.", ""});
+  for (const CollectorSlot& slot : engine.collectors())
+    for (std::size_t k = kCollectorDuration; k <= kCollectorAvailable; ++k)
+      families_[first_self + k].samples.push_back({{{"collector", slot.spec.name}}, 0});
+  for (std::size_t k = kTickDuration; k < kBuildInfo; ++k)
+    families_[first_self + k].samples.push_back({{}, kNaN});
+  families_[first_self + kBuildInfo].samples.push_back({{{"version", SONDE_VERSION}}, 1});
+  families_[first_self + kMemoryTotal].samples[0].value = static_cast<double>(node.mem_total_bytes);
+  families_[first_self + kInterval].samples[0].value = engine.interval_s();
+  fixed_families_ = families_.size();
+}
+
+void Exporter::update(const Engine& engine, const Engine::Tick& tick, double tick_s,
+                      const OwnerUsage* owners) {
+  ++ticks_;
+  const auto& row = tick.rows[level_index(Level::system)];
+  for (ColumnMap& m : maps_) {
+    const double v = m.column < row.size() ? row[m.column] : kNaN;
+    double& out = families_[m.family].samples[m.sample].value;
+    if (!m.integrate) {
+      out = v * m.scale;
+      continue;
+    }
+    // The rate handler divided the counter's growth by the time since its last good value: the
+    // same span gives the growth back. The first tick's rate is 0 (a baseline).
+    if (!std::isfinite(v)) {
+      if (!m.started) out = 0;  // not measured yet: the counter starts at 0
+      continue;
+    }
+    if (m.started) {
+      const double dt = tick.ctx.time_s - m.last_good_s;
+      if (v > 0 && dt > 0) m.total += std::round(v * dt * m.scale);
+    }
+    m.started = true;
+    m.last_good_s = tick.ctx.time_s;
+    out = m.total;
+  }
+
+  const std::size_t first_self = fixed_families_ - kSelfCount;
+  const auto& slots = engine.collectors();
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const CollectorSlot& s = slots[i];
+    families_[first_self + kCollectorDuration].samples[i].value = s.total_s;
+    families_[first_self + kCollectorCalls].samples[i].value = static_cast<double>(s.calls);
+    families_[first_self + kCollectorErrors].samples[i].value = static_cast<double>(s.errors);
+    families_[first_self + kCollectorDisabled].samples[i].value =
+        s.state == CollectorState::disabled || s.state == CollectorState::failed ? 1 : 0;
+    families_[first_self + kCollectorAvailable].samples[i].value =
+        s.state == CollectorState::unavailable ? 0 : 1;
+  }
+  families_[first_self + kTickDuration].samples[0].value = tick_s;
+  families_[first_self + kTicks].samples[0].value = static_cast<double>(engine.ticks());
+  families_[first_self + kTickTimestamp].samples[0].value = tick.ctx.wallclock_s;
+  families_[first_self + kScanDuration].samples[0].value = engine.scan_s();
+
+  families_.resize(fixed_families_);
+  if (!owners) return;
+  auto owner_families = [&](const std::vector<OwnerSeries>& series, const char* what,
+                            const char* label, std::size_t folded) {
+    Family cpu{fmt::format("sonde_{}_cpu_seconds", what),
+               Type::counter,
+               fmt::format("CPU time (user + system) of the processes of each {} since sonde first "
+                           "saw them; label values beyond --max-series are summed in {}=\"other\".",
+                           label, label),
+               "seconds",
+               {}};
+    Family rss{fmt::format("sonde_{}_memory_rss_bytes", what),
+               Type::gauge,
+               fmt::format("Resident memory of the processes of each {}.", label),
+               "bytes",
+               {}};
+    Family procs{fmt::format("sonde_{}_processes", what),
+                 Type::gauge,
+                 fmt::format("Processes of each {}.", label),
+                 "",
+                 {}};
+    for (const OwnerSeries& s : series) {
+      cpu.samples.push_back({{{label, s.key}}, s.cpu_seconds_total});
+      rss.samples.push_back({{{label, s.key}}, s.rss_bytes});
+      procs.samples.push_back({{{label, s.key}}, s.processes});
+    }
+    families_.push_back(std::move(cpu));
+    families_.push_back(std::move(rss));
+    families_.push_back(std::move(procs));
+    return Sample{{{"label", label}}, static_cast<double>(folded)};
+  };
+  Family folded{"sonde_series_folded",
+                Type::gauge,
+                "Label values that exist now but are summed into the \"other\" series "
+                "(over --max-series).",
+                "",
+                {}};
+  if (options_.per_user)
+    folded.samples.push_back(owner_families(owners->users, "user", "user", owners->users_folded));
+  if (options_.per_job)
+    folded.samples.push_back(owner_families(owners->jobs, "slurm_job", "job", owners->jobs_folded));
+  families_.push_back(std::move(folded));
+}
+
+}  // namespace sonde::prom

@@ -1,0 +1,91 @@
+#pragma once
+// Prometheus exposition: maps engine ticks (system level) to metric families and renders them in
+// the Prometheus text format 0.0.4 or OpenMetrics 1.0. Pure: no sockets, no clocks; `sonde serve`
+// (src/cli/cmd_serve.cpp) drives it. The metric names are listed in docs/prometheus.md.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/engine.hpp"
+#include "sinks/prometheus_owners.hpp"
+
+namespace sonde::prom {
+
+enum class Format { prometheus, openmetrics };
+enum class Type { gauge, counter, info };
+
+/// Content-Type header values of the two formats.
+inline constexpr const char* kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+inline constexpr const char* kOpenMetricsContentType =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Picks the format from an HTTP Accept header (OpenMetrics only when asked for).
+Format negotiate(std::string_view accept_header);
+
+struct Label {
+  std::string name;
+  std::string value;  ///< raw; escaped when rendered
+};
+
+struct Sample {
+  std::vector<Label> labels;
+  double value = 0;  ///< NaN and ±Inf are rendered as NaN, +Inf, -Inf
+};
+
+struct Family {
+  /// Without the `_total` suffix for counters (it is added to the sample name) and without
+  /// `_info` for info families.
+  std::string name;
+  Type type = Type::gauge;
+  std::string help;
+  std::string unit;  ///< OpenMetrics UNIT; must be the last part of `name`; empty for none
+  std::vector<Sample> samples;
+};
+
+/// Escapes a label value: backslash, double quote and newline.
+std::string escape_label_value(std::string_view v);
+/// Escapes HELP text (backslash and newline; OpenMetrics also double quote).
+std::string escape_help(std::string_view v, Format f);
+/// A valid metric-name part: lower case, [a-z0-9_], no leading digit, no repeated '_'.
+std::string sanitize_name(std::string_view s);
+/// Shortest text that reads back as the same double; NaN, +Inf, -Inf.
+std::string format_value(double v);
+
+/// Appends the families in `f`; OpenMetrics without the final "# EOF" (see kOpenMetricsEof).
+void render(const std::vector<Family>& families, Format f, std::string& out);
+inline constexpr std::string_view kOpenMetricsEof = "# EOF\n";
+
+struct ExporterOptions {
+  bool per_user = false;
+  bool per_job = false;
+};
+
+/// Turns engine ticks into families. Keeps state across ticks: rate columns of the built-in I/O
+/// and network collectors are integrated back into `_total` counters (exact: rate × its own Δt,
+/// rounded to whole bytes/operations), since Prometheus wants counters and computes rates itself.
+class Exporter {
+ public:
+  Exporter(const Engine& engine, ExporterOptions options);
+
+  /// Builds the families of this tick. `tick_s` is the wall time the tick took; `owners` the
+  /// per-user/per-job aggregation (nullptr when neither is asked for).
+  void update(const Engine& engine, const Engine::Tick& tick, double tick_s,
+              const OwnerUsage* owners);
+  const std::vector<Family>& families() const { return families_; }
+
+ private:
+  struct ColumnMap;  // how one system-level column becomes a sample
+  std::vector<ColumnMap> maps_;
+  std::vector<Family> families_;
+  std::size_t fixed_families_ = 0;
+  ExporterOptions options_;
+  std::uint64_t ticks_ = 0;
+
+ public:
+  ~Exporter();
+};
+
+}  // namespace sonde::prom

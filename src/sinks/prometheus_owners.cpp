@@ -1,0 +1,178 @@
+#include "sinks/prometheus_owners.hpp"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <charconv>
+#include <cstring>
+#include <functional>
+
+#include "core/procfs.hpp"
+
+namespace sonde::prom {
+
+namespace {
+constexpr const char* kOther = "other";
+}
+
+std::optional<std::string> slurm_job_from_cgroup(std::string_view text) {
+  // cgroup v1 (".../slurm/uid_1000/job_1234/step_0") and v2 (".../job_1234/step_batch/...").
+  std::size_t pos = 0;
+  while ((pos = text.find("/job_", pos)) != std::string_view::npos) {
+    pos += 5;
+    std::size_t end = pos;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    if (end > pos && (end == text.size() || text[end] == '/' || text[end] == '\n'))
+      return std::string(text.substr(pos, end - pos));
+  }
+  return std::nullopt;
+}
+
+OwnerAggregator::OwnerAggregator(bool users, bool jobs, std::size_t max_series)
+    : users_(users), jobs_(jobs), max_series_(max_series) {}
+
+void OwnerAggregator::fold(Table& t, const std::map<std::string, OwnerSeries>& now,
+                           const std::map<std::string, double>& cpu_delta,
+                           std::vector<OwnerSeries>& out, std::size_t& folded) {
+  // Keys without a process left are released (their series end); new keys get a series while
+  // there is room.
+  for (auto it = t.keys.begin(); it != t.keys.end();) {
+    if (now.count(it->first) == 0) {
+      if (it->second.own) --t.own;
+      it = t.keys.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  out.clear();
+  folded = 0;
+  OwnerSeries other{kOther, 0, 0, 0};
+  bool other_now = false;
+  for (const auto& [key, series] : now) {
+    auto [it, inserted] = t.keys.try_emplace(key);
+    KeyState& k = it->second;
+    if (inserted && key != kOther && t.own < max_series_) {
+      k.own = true;
+      ++t.own;
+    }
+    const double delta = cpu_delta.at(key);
+    if (k.own) {
+      k.cpu_total += delta;
+      OwnerSeries s = series;
+      s.cpu_seconds_total = k.cpu_total;
+      out.push_back(std::move(s));
+    } else {
+      t.other_cpu_total += delta;
+      other.rss_bytes += series.rss_bytes;
+      other.processes += series.processes;
+      other_now = true;
+      ++folded;
+    }
+  }
+  if (other_now || t.other_used) {
+    t.other_used = true;
+    other.cpu_seconds_total = t.other_cpu_total;
+    out.push_back(std::move(other));
+  }
+}
+
+const OwnerUsage& OwnerAggregator::update(
+    const std::vector<PidRecord>& pids,
+    const std::function<std::string(std::uint32_t)>& user_name) {
+  std::map<std::string, OwnerSeries> users_now, jobs_now;
+  std::map<std::string, double> user_delta, job_delta;
+  std::unordered_map<int, std::pair<std::uint64_t, double>> cpu_now;
+  cpu_now.reserve(pids.size());
+  for (const PidRecord& p : pids) {
+    // A pid seen for the first time counts its whole life; after that, its growth.
+    double delta = p.cpu_s;
+    if (auto it = prev_cpu_.find(p.pid);
+        it != prev_cpu_.end() && it->second.first == p.starttime_ticks)
+      delta = p.cpu_s > it->second.second ? p.cpu_s - it->second.second : 0.0;
+    cpu_now[p.pid] = {p.starttime_ticks, p.cpu_s};
+    auto add = [&](std::map<std::string, OwnerSeries>& now, std::map<std::string, double>& d,
+                   const std::string& key) {
+      OwnerSeries& s = now[key];
+      s.key = key;
+      s.rss_bytes += static_cast<double>(p.rss_bytes);
+      s.processes += 1;
+      d[key] += delta;
+    };
+    if (users_) add(users_now, user_delta, user_name(p.uid));
+    if (jobs_ && p.job) add(jobs_now, job_delta, *p.job);
+  }
+  prev_cpu_ = std::move(cpu_now);
+  if (users_) fold(user_table_, users_now, user_delta, usage_.users, usage_.users_folded);
+  if (jobs_) fold(job_table_, jobs_now, job_delta, usage_.jobs, usage_.jobs_folded);
+  return usage_;
+}
+
+OwnerScanner::OwnerScanner(Roots roots, bool users, bool jobs, std::size_t max_series)
+    : roots_(std::move(roots)), jobs_(jobs), aggregator_(users, jobs, max_series) {
+  clk_tck_ = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  page_size_ = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+std::string OwnerScanner::user_name(std::uint32_t uid) {
+  auto it = names_.find(uid);
+  if (it != names_.end()) return it->second;
+  std::string name = std::to_string(uid);
+  passwd pw{}, *found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found && pw.pw_name)
+    name = pw.pw_name;
+  if (name == kOther) name = std::to_string(uid);  // "other" is the overflow series
+  names_.emplace(uid, name);
+  return name;
+}
+
+const OwnerUsage& OwnerScanner::scan() {
+  auto listing = list_dir(roots_.proc);
+  records_.clear();
+  std::unordered_map<int, Known> seen;
+  if (listing) {
+    seen.reserve(listing->size());
+    for (const std::string& name : *listing) {
+      int pid = 0;
+      auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
+      if (ec != std::errc() || p != name.data() + name.size() || pid <= 0) continue;
+      const std::string dir = roots_.proc + "/" + name;
+      auto stat_text = read_file(dir + "/stat");
+      if (!stat_text) continue;
+      auto st = procfs::parse_pid_stat(*stat_text);
+      if (!st) continue;
+      Known k;
+      auto it = known_.find(pid);
+      if (it != known_.end() && it->second.starttime_ticks == st->starttime_ticks) {
+        k = it->second;
+      } else {
+        auto status = read_file(dir + "/status");
+        if (!status) continue;
+        auto parsed = procfs::parse_pid_status(*status);
+        if (!parsed) continue;
+        k.starttime_ticks = st->starttime_ticks;
+        k.uid = parsed->uid_real;
+        if (jobs_) {
+          if (auto cg = read_file(dir + "/cgroup")) k.job = slurm_job_from_cgroup(*cg);
+          if (!k.job)
+            if (auto env = read_file(dir + "/environ"))
+              k.job = procfs::environ_value(*env, "SLURM_JOB_ID");
+        }
+      }
+      PidRecord r;
+      r.pid = pid;
+      r.starttime_ticks = k.starttime_ticks;
+      r.uid = k.uid;
+      r.job = k.job;
+      r.cpu_s = static_cast<double>(st->utime_ticks + st->stime_ticks) / clk_tck_;
+      r.rss_bytes = st->rss_pages * page_size_;
+      records_.push_back(std::move(r));
+      seen.emplace(pid, std::move(k));
+    }
+  }
+  known_ = std::move(seen);
+  return aggregator_.update(records_, [this](std::uint32_t uid) { return user_name(uid); });
+}
+
+}  // namespace sonde::prom
