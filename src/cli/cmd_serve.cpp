@@ -7,9 +7,12 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <iostream>
 #include <mutex>
@@ -75,6 +78,8 @@ class BoundedPool final : public httplib::TaskQueue {
   std::vector<std::thread> workers_;
   bool shutdown_ = false;
 };
+
+constexpr std::size_t kMaxBodyBytes = 4096;
 
 constexpr const char* kIndexPage =
     "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>sonde exporter</title></head>\n"
@@ -170,12 +175,29 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   httplib::Server server;
   const std::size_t threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 2, 4);
   server.new_task_queue = [threads] { return new BoundedPool(threads, 64); };
-  server.set_payload_max_length(4096);
+  server.set_payload_max_length(kMaxBodyBytes);
   server.set_read_timeout(5, 0);
   server.set_write_timeout(5, 0);
   server.set_keep_alive_timeout(5);
   server.set_keep_alive_max_count(100);
 
+  // Nothing sonde serves takes a body: a request announcing one larger than the payload limit is
+  // refused before routing (httplib reads bodies only for methods that expect one), and the
+  // connection is closed so that the unread body is not taken for the next request.
+  server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    const std::string length = req.get_header_value("Content-Length");
+    std::size_t n = 0;
+    const auto [end, ec] = std::from_chars(length.data(), length.data() + length.size(), n);
+    const bool small =
+        length.empty() ||
+        (ec == std::errc() && end == length.data() + length.size() && n <= kMaxBodyBytes);
+    if (small && !req.has_header("Transfer-Encoding"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 413;
+    res.set_header("Connection", "close");
+    res.set_content("413 request body too large\n", "text/plain; charset=utf-8");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   server.Get("/metrics", [&](const httplib::Request& req, httplib::Response& res) {
     std::shared_ptr<const Page> p;
     {

@@ -1,0 +1,295 @@
+"""`sonde serve` against real clients: urllib, raw sockets, promtool and a Prometheus server.
+
+Run by ctest (tests/CMakeLists.txt) with SONDE_BINARY set; needs Debian's prometheus package
+(promtool and prometheus), see scripts/install-deps --tests.
+"""
+
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+SONDE = os.environ.get("SONDE_BINARY", "sonde")
+OM_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+             "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+
+class Server:
+    """A `sonde serve` child on an ephemeral loopback port."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen(
+            [SONDE, "serve", "--listen", "127.0.0.1:0", "--interval", "0.2", *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stderr.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
+        if not m:
+            self.proc.kill()
+            raise AssertionError(f"no listening line from sonde serve: {line!r}")
+        self.port = int(m.group(1))
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def get(self, path="/metrics", headers=None, method="GET"):
+        req = urllib.request.Request(self.base + path, headers=headers or {}, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, dict(r.headers), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read().decode()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        err = self.proc.stderr.read()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return rc, err
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+def samples(text):
+    """name{labels} -> value for every sample line."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, value = line.rsplit(" ", 1)
+        out[key] = float(value)
+    return out
+
+
+def test_prometheus_text_format(server):
+    status, headers, body = server.get()
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    s = samples(body)
+    assert s["sonde_memory_used_bytes"] > 0
+    assert s["sonde_memory_total_bytes"] >= s["sonde_memory_used_bytes"]
+    assert any(k.startswith('sonde_cpu_utilization_ratio{cpu="') for k in s)
+    assert s["sonde_processes"] >= 1
+    assert 'sonde_collector_duration_seconds_total{collector="cpu"}' in s
+    assert 'sonde_collector_errors_total{collector="cpu"}' in s
+    assert 'sonde_collector_disabled{collector="cpu"}' in s
+    assert s['sonde_build_info{version="0.1.0"}'] == 1
+    assert s["sonde_scrapes_total"] == 1
+    assert samples(server.get()[2])["sonde_scrapes_total"] == 2
+    # Every family has HELP and TYPE before its samples.
+    typed = set(re.findall(r"^# TYPE (\S+) ", body, re.M))
+    helped = set(re.findall(r"^# HELP (\S+) ", body, re.M))
+    assert typed == helped
+    for key in s:
+        assert key.split("{")[0] in typed, key
+    assert "# EOF" not in body
+
+
+def test_openmetrics_when_asked(server):
+    status, headers, body = server.get(headers={"Accept": OM_ACCEPT})
+    assert status == 200
+    assert headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert body.endswith("# EOF\n")
+    assert "# TYPE sonde_disk_read_bytes counter\n# UNIT sonde_disk_read_bytes bytes\n" in body
+    assert "\nsonde_disk_read_bytes_total " in body
+    assert "# TYPE sonde_build info\n" in body
+
+
+def test_promtool_check_metrics_no_errors_no_lint(server):
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool (Debian package prometheus) is required"
+    # A second tick has rates; also run it on the per-user/per-job variant below.
+    time.sleep(0.5)
+    body = server.get()[2]
+    r = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "" and r.stderr.strip() == "", r.stdout + r.stderr
+
+
+def test_promtool_per_user_per_job():
+    s = Server("--per-user", "--per-job", "--max-series", "1")
+    try:
+        time.sleep(0.5)
+        body = s.get()[2]
+        values = samples(body)
+        users = [k for k in values if k.startswith("sonde_user_processes{")]
+        assert users, body
+        assert len(users) <= 2  # one own series, then "other"
+        assert 'sonde_series_folded{label="user"}' in values
+        r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True,
+                           text=True)
+        assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", \
+            r.stdout + r.stderr
+    finally:
+        assert s.stop()[0] == 0
+
+
+def test_index_404_405_head(server):
+    status, headers, body = server.get("/")
+    assert status == 200 and 'href="/metrics"' in body
+    assert server.get("/nope")[0] == 404
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
+        status, headers, _ = server.get("/metrics", method=method)
+        assert status == 405, method
+        assert headers.get("Allow") == "GET, HEAD"
+    status, headers, body = server.get("/metrics", method="HEAD")
+    assert status == 200 and body == ""
+
+
+def test_100_concurrent_scrapes(server):
+    def scrape(_):
+        status, headers, body = server.get()
+        return status, body
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=100) as pool:
+        results = list(pool.map(scrape, range(100)))
+    assert len(results) == 100
+    for status, body in results:
+        assert status == 200
+        assert "sonde_memory_used_bytes " in body
+        assert re.search(r"^sonde_scrapes_total \d+$", body, re.M)
+    counts = sorted(samples(body)["sonde_scrapes_total"] for _, body in results)
+    assert counts == sorted(set(counts))  # every scrape counted once
+
+
+def raw_exchange(port, payload, read_timeout=10.0):
+    """Sends bytes, returns what came back (b"" when the server closed the connection)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=read_timeout) as s:
+        try:
+            s.sendall(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        data = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if b"\r\n\r\n" in data:
+                    break
+        except ConnectionResetError:
+            pass
+        return data
+
+
+MALFORMED = {
+    "garbage": b"\x00\xff\xfe garbage \x01\x02\r\n\r\n",
+    "bad_method": b"BREW /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+    "bad_version": b"GET /metrics HTTP/9.9\r\nHost: x\r\n\r\n",
+    "no_version": b"GET /metrics\r\n\r\n",
+    "huge_uri": b"GET /" + b"a" * 200_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    "huge_header": b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 200_000 + b"\r\n\r\n",
+    "huge_body": b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n"
+                 + b"c" * 100_000,
+    "get_with_body": b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n"
+                     + b"d" * 100_000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_requests_get_4xx_and_server_keeps_serving(server, name):
+    reply = raw_exchange(server.port, MALFORMED[name])
+    if reply:
+        m = re.match(rb"HTTP/1\.[01] (\d{3}) ", reply)
+        assert m, reply[:200]
+        assert 400 <= int(m.group(1)) < 500, reply[:200]
+    # else: the server closed the connection, which is also an answer
+    status, _, body = server.get()
+    assert status == 200 and "sonde_memory_used_bytes " in body
+
+
+def test_sigterm_and_sigint_exit_0():
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        s = Server()
+        assert s.get()[0] == 200
+        s.proc.send_signal(sig)
+        assert s.proc.wait(timeout=10) == 0
+        s.stop()
+
+
+def test_bad_listen_is_a_usage_error():
+    r = subprocess.run([SONDE, "serve", "--listen", "nonsense"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2
+    assert "--listen" in r.stderr
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_real_prometheus_scrapes_sonde(server):
+    prometheus = shutil.which("prometheus")
+    assert prometheus, "prometheus (Debian package prometheus) is required"
+    with tempfile.TemporaryDirectory(prefix="sonde-prom-") as tmp:
+        config = os.path.join(tmp, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                    "scrape_configs:\n  - job_name: sonde\n    static_configs:\n"
+                    f"      - targets: ['127.0.0.1:{server.port}']\n")
+        port = free_port()
+        log = open(os.path.join(tmp, "prometheus.log"), "w+")
+        prom = subprocess.Popen(
+            [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp}/data",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            api = f"http://127.0.0.1:{port}/api/v1/query?query="
+
+            def query(q):
+                try:
+                    with urllib.request.urlopen(api + urllib.parse.quote(q), timeout=5) as r:
+                        return json.load(r)["data"]["result"]
+                except (urllib.error.URLError, ConnectionError, KeyError, ValueError):
+                    return []
+
+            deadline = time.monotonic() + 30
+            mem = up = []
+            while time.monotonic() < deadline:
+                mem = query("sonde_memory_used_bytes")
+                up = query('up{job="sonde"}')
+                if mem and up:
+                    break
+                time.sleep(0.5)
+            log.seek(0)
+            assert mem, "no sonde sample in Prometheus after 30 s; log:\n" + log.read()[-3000:]
+            assert float(mem[0]["value"][1]) > 0
+            assert up and up[0]["value"][1] == "1"
+            # Prometheus scraped in OpenMetrics (its default Accept): the counter's _total sample
+            # arrived under the family's name too.
+            deadline = time.monotonic() + 10
+            ticks = []
+            while time.monotonic() < deadline and not ticks:
+                ticks = query("sonde_ticks_total")
+                time.sleep(0.3)
+            assert ticks and float(ticks[0]["value"][1]) >= 1
+        finally:
+            prom.terminate()
+            try:
+                prom.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+                prom.wait()
+            log.close()
