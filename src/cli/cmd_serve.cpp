@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -80,6 +81,27 @@ class BoundedPool final : public httplib::TaskQueue {
 };
 
 constexpr std::size_t kMaxBodyBytes = 4096;
+
+/// gzip of `in`, or "" when zlib fails. httplib compresses text/* bodies itself, but not the
+/// OpenMetrics content type, which Prometheus asks for with Accept-Encoding: gzip.
+std::string gzip(const std::string& in) {
+  z_stream z{};
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    return {};
+  std::string out(deflateBound(&z, static_cast<uLong>(in.size())), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int r = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return r == Z_STREAM_END ? out : std::string();
+}
+
+bool accepts_gzip(const std::string& accept_encoding) {
+  return accept_encoding.find("gzip") != std::string::npos;
+}
 
 constexpr const char* kIndexPage =
     "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>sonde exporter</title></head>\n"
@@ -176,6 +198,7 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   const std::size_t threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 2, 4);
   server.new_task_queue = [threads] { return new BoundedPool(threads, 64); };
   server.set_payload_max_length(kMaxBodyBytes);
+  server.set_tcp_nodelay(true);  // headers and body are two writes: no Nagle delay between them
   server.set_read_timeout(5, 0);
   server.set_write_timeout(5, 0);
   server.set_keep_alive_timeout(5);
@@ -215,7 +238,16 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
                    "# HELP {0} Scrapes of /metrics answered since sonde started.\n"
                    "# TYPE {0} counter\nsonde_scrapes_total {1}\n",
                    om ? "sonde_scrapes" : "sonde_scrapes_total", n);
-    if (om) body += prom::kOpenMetricsEof;
+    if (om) {
+      body += prom::kOpenMetricsEof;
+      if (accepts_gzip(req.get_header_value("Accept-Encoding"))) {
+        std::string zipped = gzip(body);
+        if (!zipped.empty()) {
+          res.set_header("Content-Encoding", "gzip");
+          body = std::move(zipped);
+        }
+      }
+    }
     res.set_content(std::move(body),
                     om ? prom::kOpenMetricsContentType : prom::kPrometheusContentType);
   });
