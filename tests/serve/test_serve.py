@@ -293,3 +293,30 @@ def test_real_prometheus_scrapes_sonde(server):
                 prom.kill()
                 prom.wait()
             log.close()
+
+
+def test_plugin_columns_become_gauges(tmp_path):
+    """The shipped shell plugin (load_0..2 and their avg/min/max) appears as generic gauges."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = os.path.join(here, "..", "..", "examples", "plugins", "exec_shell", "loadavg.sh")
+    config = tmp_path / "sonde.yaml"
+    config.write_text(
+        "collectors:\n  Load-Avg:\n    _target_: exec\n"
+        f"    command: [/bin/sh, {os.path.abspath(script)}]\n"
+        "    handler: {_target_: PerDeviceAggregateHandler, prefix: load_}\n")
+    s = Server("--config", str(config))
+    try:
+        time.sleep(0.5)
+        body = s.get()[2]
+        values = samples(body)
+        for col in ("load_0", "load_1", "load_2", "load_avg"):
+            assert f"sonde_plugin_load_avg_{col}" in values, body
+        assert values["sonde_plugin_load_avg_load_0"] >= 0
+        assert 'sonde_collector_errors_total{collector="Load-Avg"}' in values
+        assert "# TYPE sonde_plugin_load_avg_load_0 gauge" in body
+        r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True,
+                           text=True)
+        assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", \
+            r.stdout + r.stderr
+    finally:
+        assert s.stop()[0] == 0
