@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -198,6 +199,12 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   const std::size_t threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 2, 4);
   server.new_task_queue = [threads] { return new BoundedPool(threads, 64); };
   server.set_payload_max_length(kMaxBodyBytes);
+  // httplib's default also sets SO_REUSEPORT, which would let a second exporter share the port
+  // (and half the scrapes) silently: SO_REUSEADDR only, so a port in use is an error.
+  server.set_socket_options([](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   server.set_tcp_nodelay(true);  // headers and body are two writes: no Nagle delay between them
   server.set_read_timeout(5, 0);
   server.set_write_timeout(5, 0);
@@ -280,6 +287,8 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   if (port <= 0) {
     print_error(fmt::format("--listen {}: cannot listen on {} port {}: {}", so.listen, host,
                             port_wanted, std::strerror(errno)));
+    if (sig_fd >= 0) ::close(sig_fd);
+    ::pthread_sigmask(SIG_SETMASK, &original, nullptr);
     return kExitFailure;
   }
   const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;

@@ -320,3 +320,41 @@ def test_plugin_columns_become_gauges(tmp_path):
             r.stdout + r.stderr
     finally:
         assert s.stop()[0] == 0
+
+
+def test_gpu_columns_map_to_gpu_metrics(tmp_path):
+    """Columns named like the GPU collector's become sonde_gpu_* series with a gpu label."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_gpu.sh")
+    config = tmp_path / "sonde.yaml"
+    config.write_text(
+        "collectors:\n  fakegpu:\n    _target_: exec\n"
+        f"    command: [/bin/sh, {script}]\n"
+        "    handler: {_target_: PerDeviceMultiAggregateHandler, prefix: gpu_,"
+        " metrics: [util, band, mem, power]}\n")
+    s = Server("--config", str(config))
+    try:
+        time.sleep(0.5)
+        body = s.get()[2]
+        v = samples(body)
+        assert v['sonde_gpu_utilization_ratio{gpu="0"}'] == 0.5
+        assert v['sonde_gpu_utilization_ratio{gpu="1"}'] == 1
+        assert v['sonde_gpu_memory_bandwidth_utilization_ratio{gpu="0"}'] == 0.25
+        assert v['sonde_gpu_memory_used_bytes{gpu="0"}'] == 1.5 * 2**30
+        assert v['sonde_gpu_memory_used_bytes{gpu="1"}'] == 2 * 2**30
+        assert v['sonde_gpu_power_watts{gpu="1"}'] == 300.5
+        assert not any("gpu_util_avg" in k or "_avg" in k.split("{")[0].replace(
+            "sonde_cpu_utilization_average_ratio", "") for k in v), body
+        r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True,
+                           text=True)
+        assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", \
+            r.stdout + r.stderr
+    finally:
+        assert s.stop()[0] == 0
+
+
+def test_port_in_use_fails_cleanly(server):
+    r = subprocess.run([SONDE, "serve", "--listen", f"127.0.0.1:{server.port}"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert "cannot listen" in r.stderr
+    assert server.get()[0] == 200
