@@ -231,15 +231,24 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 }  // namespace
 
+double RateIntegrator::add(double rate, double time_s, double scale) {
+  if (!std::isfinite(rate)) return total;
+  if (started) {
+    const double dt = time_s - last_good_s;
+    if (rate > 0 && dt > 0) total += std::round(rate * dt * scale);
+  }
+  started = true;
+  last_good_s = time_s;
+  return total;
+}
+
 struct Exporter::ColumnMap {
   std::size_t column = 0;  ///< index in the system row
   std::size_t family = 0;
   std::size_t sample = 0;
   double scale = 1;
   bool integrate = false;
-  double total = 0;
-  bool started = false;
-  double last_good_s = 0;
+  RateIntegrator counter;
 };
 
 Exporter::~Exporter() = default;
@@ -380,19 +389,8 @@ void Exporter::update(const Engine& engine, const Engine::Tick& tick, double tic
       out = v * m.scale;
       continue;
     }
-    // The rate handler divided the counter's growth by the time since its last good value: the
-    // same span gives the growth back. The first tick's rate is 0 (a baseline).
-    if (!std::isfinite(v)) {
-      if (!m.started) out = 0;  // not measured yet: the counter starts at 0
-      continue;
-    }
-    if (m.started) {
-      const double dt = tick.ctx.time_s - m.last_good_s;
-      if (v > 0 && dt > 0) m.total += std::round(v * dt * m.scale);
-    }
-    m.started = true;
-    m.last_good_s = tick.ctx.time_s;
-    out = m.total;
+    // A counter not measured yet starts at 0.
+    out = m.counter.add(v, tick.ctx.time_s, m.scale);
   }
 
   const std::size_t first_self = fixed_families_ - kSelfCount;

@@ -58,6 +58,18 @@ std::string format_value(double v);
 void render(const std::vector<Family>& families, Format f, std::string& out);
 inline constexpr std::string_view kOpenMetricsEof = "# EOF\n";
 
+/// Sums a rate column (per second, from CumulativeRateHandler) back into its counter: each finite
+/// rate is multiplied by the time since the previous finite one (the span the handler divided
+/// by) and rounded to whole units. The first finite value is the baseline (its rate is 0); a
+/// NaN rate leaves the counter as it is.
+struct RateIntegrator {
+  double total = 0;
+  bool started = false;
+  double last_good_s = 0;
+  /// Adds one tick's rate (`scale` converts its unit); returns the counter.
+  double add(double rate, double time_s, double scale = 1);
+};
+
 struct ExporterOptions {
   bool per_user = false;
   bool per_job = false;

@@ -104,6 +104,17 @@ def test_prometheus_text_format(server):
     assert "# EOF" not in body
 
 
+def test_counters_never_decrease(server):
+    first = samples(server.get()[2])
+    time.sleep(0.6)
+    second = samples(server.get()[2])
+    counters = [k for k in first if k.split("{")[0].endswith("_total")]
+    assert "sonde_disk_written_bytes_total" in counters
+    for k in counters:
+        assert second[k] >= first[k], k
+    assert second["sonde_ticks_total"] > first["sonde_ticks_total"]
+
+
 def test_openmetrics_when_asked(server):
     status, headers, body = server.get(headers={"Accept": OM_ACCEPT})
     assert status == 200

@@ -98,6 +98,23 @@ TEST(PrometheusRender, Negotiation) {
             Format::openmetrics);
 }
 
+TEST(PrometheusRateIntegrator, GivesTheCounterBack) {
+  // A counter read at t = 10, 10.5, (failed at 11), 11.5, 12: 1000, 1050, -, 1250, 1250. The
+  // rate handler gives 0 (baseline), 100/s, NaN, 200/s (over the 1 s since the last good read), 0.
+  RateIntegrator c;
+  EXPECT_EQ(c.add(kNaN, 9.5), 0);  // not measured yet
+  EXPECT_EQ(c.add(0, 10), 0);
+  EXPECT_EQ(c.add(100, 10.5), 50);
+  EXPECT_EQ(c.add(kNaN, 11), 50);
+  EXPECT_EQ(c.add(200, 11.5), 250);
+  EXPECT_EQ(c.add(0, 12), 250);
+  // Rounded to whole units; the scale converts units.
+  RateIntegrator r;
+  r.add(0, 0);
+  EXPECT_EQ(r.add(1.0 / 3.0, 3.0), 1);
+  EXPECT_EQ(r.add(1, 4, 1024), 1025);
+}
+
 TEST(PrometheusOwners, SlurmJobFromCgroup) {
   EXPECT_EQ(slurm_job_from_cgroup("4:memory:/slurm/uid_1000/job_1234/step_0\n"), "1234");
   EXPECT_EQ(slurm_job_from_cgroup("0::/system.slice/slurmstepd.scope/job_77/step_batch/user\n"),
