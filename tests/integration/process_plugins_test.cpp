@@ -18,7 +18,7 @@ namespace {
 
 using nlohmann::json;
 
-const fs::path kSourceRoot = fs::path(__FILE__).parent_path().parent_path().parent_path();
+const fs::path kSourceRoot = fs::path(SONDE_SOURCE_DIR);
 const fs::path kTestPlugins = kSourceRoot / "tests" / "plugins";
 const fs::path kPythonExample = kSourceRoot / "examples" / "plugins" / "python_network";
 const fs::path kShellExample = kSourceRoot / "examples" / "plugins" / "exec_shell";

@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using protocol::raw_from_json;
 
-const fs::path kTestsDir = fs::path(__FILE__).parent_path().parent_path();
+const fs::path kTestsDir = fs::path(SONDE_SOURCE_DIR) / "tests";
 const fs::path kPlugins = kTestsDir / "plugins";
 const fs::path kSourceRoot = kTestsDir.parent_path();
 
