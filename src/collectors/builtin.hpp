@@ -10,6 +10,7 @@ CollectorInfo memory_info();
 CollectorInfo io_info();
 CollectorInfo network_info();
 CollectorInfo procs_info();
+CollectorInfo gpu_info();
 
 /// Members of `level` in this tick's snapshot (system: none; system collectors read node files).
 inline const std::vector<std::uint32_t>& members(const TickContext& ctx, Level level) {
