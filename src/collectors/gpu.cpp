@@ -32,10 +32,30 @@ double value(const std::optional<double>& v) {
   return v ? *v : kNaN;
 }
 
+constexpr const char* kMetrics[] = {"util", "band", "mem", "power"};
+
 class GpuCollector final : public Collector {
  public:
+  /// `vendor`: "" for every GPU, or "nvidia" / "amd". `metrics`: the handler's metric names, a
+  /// subset of kMetrics in any order (empty: all, in kMetrics order).
+  GpuCollector(std::string vendor, std::vector<std::string> metrics)
+      : vendor_(std::move(vendor)), metric_names_(std::move(metrics)) {}
+
   Result<void> setup() override {
+    if (metric_names_.empty()) metric_names_.assign(std::begin(kMetrics), std::end(kMetrics));
+    for (const auto& m : metric_names_) {
+      auto it = std::find_if(std::begin(kMetrics), std::end(kMetrics),
+                             [&](const char* k) { return m == k; });
+      if (it == std::end(kMetrics))
+        return make_error(Errc::unavailable,
+                          fmt::format("unknown GPU metric '{}' in the handler's metrics (expected "
+                                      "some of: util, band, mem, power)",
+                                      m));
+      order_.push_back(static_cast<std::size_t>(it - std::begin(kMetrics)));
+    }
     gpus_ = gpu::open_gpus();
+    if (!vendor_.empty())
+      std::erase_if(gpus_.backends, [&](const auto& b) { return b->vendor() != vendor_; });
     std::size_t n = 0;
     for (const auto& b : gpus_.backends) n += static_cast<std::size_t>(b->device_count());
     if (n == 0) {
@@ -74,6 +94,17 @@ class GpuCollector final : public Collector {
   }
 
   Result<RawValue> collect(Level level, const TickContext& ctx) override {
+    MultiPerDevice all = measure(level, ctx);
+    MultiPerDevice out;
+    for (std::size_t i : order_) out.metrics.push_back(std::move(all.metrics[i]));
+    return RawValue(std::move(out));
+  }
+
+  bool needs_watchdog() const override { return true; }  // a driver call can hang
+
+ private:
+  // Every metric of kMetrics, in that order.
+  MultiPerDevice measure(Level level, const TickContext& ctx) const {
     const std::size_t n = snap_.devices.size();
     MultiPerDevice out;
     out.metrics.assign(4, std::vector<double>(n, kNaN));
@@ -87,7 +118,7 @@ class GpuCollector final : public Collector {
         out.metrics[2][i] = d.mem_used_bytes ? static_cast<double>(*d.mem_used_bytes) / kGiB : kNaN;
         out.metrics[3][i] = value(d.power_w);
       }
-      return RawValue(std::move(out));
+      return out;
     }
     std::unordered_set<int> pids;
     for (auto idx : members(ctx, level)) pids.insert(ctx.procs->pids[idx].pid);
@@ -127,25 +158,34 @@ class GpuCollector final : public Collector {
         share = std::min(1.0, bytes / static_cast<double>(*d.mem_used_bytes));
       out.metrics[3][i] = d.power_w ? *d.power_w * share : kNaN;
     }
-    return RawValue(std::move(out));
+    return out;
   }
 
-  bool needs_watchdog() const override { return true; }  // a driver call can hang
-
- private:
+  std::string vendor_;
+  std::vector<std::string> metric_names_;
+  std::vector<std::size_t> order_;  ///< index into kMetrics per handler metric
   gpu::Gpus gpus_;
   gpu::GpuSnapshot snap_;
 };
 
 }  // namespace
 
-CollectorInfo gpu_info() {
-  return {"sonde.collectors.gpu",
+CollectorInfo gpu_info(const std::string& vendor) {
+  const std::string target = vendor.empty()       ? "sonde.collectors.gpu"
+                             : vendor == "nvidia" ? "sonde.collectors.gpu_nvml"
+                                                  : "sonde.collectors.gpu_rocm";
+  const std::string which = vendor.empty()       ? "NVIDIA (NVML) and AMD (ROCm SMI)"
+                            : vendor == "nvidia" ? "NVIDIA GPUs only (NVML)"
+                                                 : "AMD GPUs only (ROCm SMI)";
+  return {target,
           "GPU utilisation, memory-controller utilisation (band), memory (GiB) and power (W) per "
-          "device, NVIDIA (NVML) and AMD (ROCm SMI); per process at the non-system levels",
+          "device, " +
+              which + "; per process at the non-system levels",
           {},
           false,
-          [](const CollectorArgs&) { return std::make_unique<GpuCollector>(); }};
+          [vendor](const CollectorArgs& a) {
+            return std::make_unique<GpuCollector>(vendor, a.handler_metrics);
+          }};
 }
 
 }  // namespace sonde::collectors

@@ -29,13 +29,17 @@ class GpuCollectorTest : public ::testing::Test {
                           "SONDE_FAKE_GPU_PIDS"})
       unsetenv(v);
   }
-  std::unique_ptr<Collector> make() {
+  std::unique_ptr<Collector> make(const std::string& target = "gpu",
+                                  std::vector<std::string> metrics = {"util", "band", "mem",
+                                                                      "power"}) {
     register_builtin_collectors(registry_);
-    const CollectorInfo* info = registry_.find("gpu");
-    EXPECT_NE(info, nullptr);
+    const CollectorInfo* info = registry_.find(target);
+    EXPECT_NE(info, nullptr) << target;
+    if (info == nullptr) return nullptr;
     CollectorArgs args;
     args.name = "gpu";
     args.roots = &roots_;
+    args.handler_metrics = std::move(metrics);
     return info->make(args);
   }
   // A tick whose process level holds `pid` only.
@@ -154,6 +158,35 @@ TEST_F(GpuCollectorTest, ProcessWithoutSamplesGetsTheDeviceUtilisation) {
   EXPECT_DOUBLE_EQ(m[2][1], 9000.0 * 1024 * 1024 / kGiB);
   EXPECT_DOUBLE_EQ(m[3][1], 398);
   EXPECT_EQ(m[0][0], 0);
+}
+
+TEST_F(GpuCollectorTest, HandlerMetricsChooseAndOrderTheVectors) {
+  use(SONDE_FAKE_NVML, "nvidia_three_gpus.json");
+  auto c = make("sonde.collectors.gpu_nvml", {"mem", "util"});  // a JUmPER-style subset
+  ASSERT_TRUE(c->setup().ok());
+  TickContext ctx = tick_with(static_cast<int>(getpid()));
+  c->snapshot(ctx);
+  auto r = c->collect(Level::system, ctx);
+  ASSERT_TRUE(r.ok());
+  const auto& m = metrics(r);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_DOUBLE_EQ(m[0][0], 20.0);
+  EXPECT_EQ(m[1][0], 87);
+}
+
+TEST_F(GpuCollectorTest, UnknownMetricMakesItUnavailable) {
+  use(SONDE_FAKE_NVML, "nvidia_three_gpus.json");
+  auto c = make("gpu", {"util", "temperature"});
+  auto ok = c->setup();
+  ASSERT_FALSE(ok.ok());
+  EXPECT_NE(ok.error().message.find("unknown GPU metric 'temperature'"), std::string::npos)
+      << ok.error().message;
+}
+
+TEST_F(GpuCollectorTest, VendorCollectorSeesOnlyItsVendor) {
+  use(SONDE_FAKE_NVML, "nvidia_three_gpus.json");
+  auto c = make("sonde.collectors.gpu_rocm");
+  EXPECT_FALSE(c->setup().ok());
 }
 
 }  // namespace
