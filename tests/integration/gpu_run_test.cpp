@@ -1,6 +1,7 @@
 // `sonde run` with the fake GPU libraries (tests/fakes): the gpu collector's columns per level,
 // per-process attribution, node info and the summary's GPU tags; and without GPUs.
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,38 @@ TEST(GpuRun, AmdGpusThroughRocmSmi) {
   for (double v : sys.numbers("gpu_power_1")) EXPECT_TRUE(std::isnan(v));
   for (double v : sys.numbers("gpu_band_1")) EXPECT_TRUE(std::isnan(v));
   EXPECT_EQ(read_json(run / "manifest.json").at("node_info").at("gpu_name"), "AMD Instinct MI250X");
+}
+
+TEST(GpuRun, JumperStyleEntryWithNodeInfo) {
+  const fs::path dir = scratch_dir();
+  const fs::path cfg = dir / "jumper.yaml";
+  {
+    std::ofstream f(cfg);
+    f << "collectors:\n"
+         "  gpu:\n"
+         "    _target_: sonde.collectors.gpu_nvml\n"
+         "    inject: [node_info]\n"
+         "    handler:\n"
+         "      _target_: jumper_extension.monitor.metrics.handlers."
+         "PerDeviceMultiAggregateHandler\n"
+         "      prefix: gpu_\n"
+         "      metrics: [util, band, mem]\n";
+  }
+  RunOptions options;
+  options.env = {{"SONDE_NVML_LIBRARY", SONDE_FAKE_NVML},
+                 {"SONDE_ROCM_SMI_LIBRARY", "/nonexistent/librocm_smi64.so"},
+                 {"SONDE_FAKE_GPU_SCENARIO", scenario("nvidia_lost_gpu.json")}};
+  const RunResult r =
+      run_command({sonde_binary(), "record", "--system", "--quiet", "--config", cfg.string(),
+                   "--out", (dir / "out").string(), "--interval", "0.1", "--duration", "0.4"},
+                  options);
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const fs::path run = run_dir(dir / "out");
+  const CsvTable sys = read_csv(run / "perf_system.csv");
+  EXPECT_TRUE(sys.has_column("gpu_mem_2"));
+  EXPECT_FALSE(sys.has_column("gpu_power_0"));
+  EXPECT_EQ(count_equal(sys, "gpu_band_2", 7).first, sys.rows.size());
+  EXPECT_EQ(read_json(run / "manifest.json").at("node_info").at("num_gpus").get<int>(), 3);
 }
 
 }  // namespace
