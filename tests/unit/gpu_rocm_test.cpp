@@ -100,6 +100,21 @@ TEST(GpuRocm, BothVendorsNvidiaFirst) {
   EXPECT_EQ(s.amd_driver, "6.7.0");
 }
 
+TEST(GpuRocm, LostGpuKeepsTheOther) {
+  FakeRocm fake("amd_lost_gpu.json");
+  Gpus gpus = open_gpus();
+  GpuSnapshot s = query_all(gpus, true);
+  ASSERT_EQ(s.devices.size(), 2u);
+  ASSERT_TRUE(s.devices[0].error.has_value());
+  EXPECT_FALSE(s.devices[0].util_gpu.has_value());
+  EXPECT_FALSE(s.devices[1].error.has_value());
+  EXPECT_EQ(s.devices[1].util_gpu, 55.0);
+  ASSERT_TRUE(s.devices[1].processes.has_value());
+  ASSERT_EQ(s.devices[1].processes->size(), 1u);
+  EXPECT_EQ((*s.devices[1].processes)[0].pid, static_cast<int>(getpid()));
+  EXPECT_EQ((*s.devices[1].processes)[0].sm_util, 55.0);
+}
+
 TEST(GpuRocm, InitialisationFailure) {
   FakeRocm fake("nvidia_init_failure.json");
   Gpus gpus = open_gpus();
