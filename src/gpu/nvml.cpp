@@ -216,16 +216,17 @@ class NvmlBackend final : public Backend {
   static nvmlReturn_t list(Fn fn, nvmlDevice_t dev, std::vector<Info>& out) {
     unsigned n = 0;
     nvmlReturn_t r = fn(dev, &n, nullptr);
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      if (r == NVML_SUCCESS) {
-        out.resize(std::min<std::size_t>(n, out.size()));
-        return r;
-      }
-      if (r != NVML_ERROR_INSUFFICIENT_SIZE) return r;
+    // A sizing call that "succeeds" with a count has listed nothing: ask again with room.
+    if (r == NVML_SUCCESS && n > 0) r = NVML_ERROR_INSUFFICIENT_SIZE;
+    for (int attempt = 0; r == NVML_ERROR_INSUFFICIENT_SIZE && attempt < 5; ++attempt) {
       out.assign(n + 8u, Info{});  // room for processes that start meanwhile
       n = static_cast<unsigned>(out.size());
       r = fn(dev, &n, out.data());
     }
+    if (r == NVML_SUCCESS)
+      out.resize(std::min<std::size_t>(n, out.size()));
+    else
+      out.clear();
     return r;
   }
 
@@ -278,6 +279,7 @@ class NvmlBackend final : public Backend {
     unsigned n = 0;
     nvmlReturn_t r = api_.process_util(dev, nullptr, &n, since);
     std::vector<nvmlProcessUtilizationSample_t> samples;
+    if (r == NVML_SUCCESS && n > 0) r = NVML_ERROR_INSUFFICIENT_SIZE;
     for (int attempt = 0; attempt < 5 && r == NVML_ERROR_INSUFFICIENT_SIZE; ++attempt) {
       samples.assign(n + 8u, nvmlProcessUtilizationSample_t{});
       n = static_cast<unsigned>(samples.size());
