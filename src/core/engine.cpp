@@ -218,7 +218,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
           e->warn(fmt::format("collector '{}' is unavailable: {}", slot.spec.name, slot.why));
         continue;
       }
-      if (phase == 1) slot.collector->contribute_node_info(e->node_);
+      // Phase 1 collectors fill in the GPU part before the node_info users are built; a GPU
+      // collector that itself asked for node_info (JUmPER configs) still completes it for the
+      // manifest and the summary.
+      slot.collector->contribute_node_info(e->node_);
       if (slot.collector->needs_watchdog()) slot.watchdog = std::make_unique<Watchdog>();
     }
   }

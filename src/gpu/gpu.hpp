@@ -24,9 +24,9 @@ struct GpuProcess {
 };
 
 struct GpuDevice {
-  int index = 0;          ///< index within its vendor (the `[i]` of gpustat)
-  std::string vendor;     ///< "nvidia" or "amd"
-  std::string name;       ///< empty only with `error`
+  int index = 0;       ///< index within its vendor (the `[i]` of gpustat)
+  std::string vendor;  ///< "nvidia" or "amd"
+  std::string name;    ///< empty only with `error`
   std::string uuid;
   std::string pci_bus_id;
   std::optional<double> temperature_c;
@@ -67,6 +67,9 @@ struct Gpus {
   std::vector<std::unique_ptr<Backend>> backends;
   std::vector<std::string> notes;
   bool nvml_loaded = false;  ///< the NVIDIA library was found and initialised
+  bool rocm_loaded = false;  ///< the ROCm SMI library was found and initialised
+  /// Driver versions, also known when the library reports no device (then no backend is kept).
+  std::string nvidia_driver, amd_driver;
 };
 Gpus open_gpus();
 /// Queries every device of every backend.
