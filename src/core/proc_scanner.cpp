@@ -180,7 +180,7 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
       Entry& e = *it->second;
       if (e.seen_generation != generation_) {
         if (e.have_prev && e.level_mask)
-          snap_->vanished.push_back({it->first, e.ppid, e.last_total_cpu_s, e.level_mask});
+          pending_.push_back({{it->first, e.ppid, e.last_total_cpu_s, e.level_mask}, 0});
         close_fd(e.stat_fd, fds_open_);
         close_fd(e.io_fd, fds_open_);
         it = entries_.erase(it);
@@ -240,8 +240,62 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
       if (s.in(l)) snap_->members[level_index(l)].push_back(index);
     snap_->pids.push_back(s);
   }
+  match_vanished();
   prev_boottime_s_ = boottime_s;
   return *snap_;
+}
+
+void ProcScanner::match_vanished() {
+  if (pending_.empty()) return;
+  // Each member's cutime growth at this tick is a budget that the children it reaped consume,
+  // oldest first. A child whose parent has not shown the growth yet waits a few ticks; one whose
+  // parent is gone or not sampled is dropped (its time went to a process outside the levels).
+  // A child whose parent vanished too (bash → timeout → sh): its time reaches the nearest
+  // ancestor still alive, through the parent's final cutime.
+  std::unordered_map<int, int> parent_of;
+  for (const Pending& p : pending_) parent_of.emplace(p.pid.pid, p.pid.ppid);
+  for (Pending& p : pending_) {
+    for (int hops = 0; hops < 64; ++hops) {
+      auto up = parent_of.find(p.pid.ppid);
+      if (up == parent_of.end()) break;
+      p.pid.ppid = up->second;
+    }
+  }
+  std::unordered_map<int, double> budget;
+  for (const PidSample& p : snap_->pids)
+    if (p.child_cpu_delta_s > 0) budget.emplace(p.pid, p.child_cpu_delta_s);
+  const double slack = 1.5 / clk_tck_;  // the child may have run up to a tick after last seen
+  std::size_t kept = 0;
+  for (Pending& p : pending_) {
+    auto b = budget.find(p.pid.ppid);
+    if (b != budget.end() && p.pid.last_total_cpu_s <= b->second + slack) {
+      b->second = std::max(0.0, b->second - p.pid.last_total_cpu_s);
+      snap_->vanished.push_back(p.pid);
+      continue;
+    }
+    const bool parent_alive = entries_.count(p.pid.ppid) > 0;
+    if (parent_alive && ++p.age <= 4) pending_[kept++] = p;
+  }
+  pending_.resize(kept);
+  // Growth left over: a child read at this tick (alive or zombie) was reaped after its read and
+  // before its parent's. It is gone now: report it at this tick, with what was just read of it,
+  // so that its time is not counted twice.
+  for (auto it = budget.begin(); it != budget.end();)
+    it = it->second > slack ? std::next(it) : budget.erase(it);
+  if (budget.empty()) return;
+  for (const PidSample& c : snap_->pids) {
+    auto b = budget.find(c.ppid);
+    if (b == budget.end() || b->second <= slack) continue;
+    const std::string dir = roots_.proc + "/" + std::to_string(c.pid);
+    if (::access(dir.c_str(), F_OK) == 0) continue;
+    auto e = entries_.find(c.pid);
+    if (e == entries_.end()) continue;
+    const double total = c.cpu_s + c.child_cpu_s;
+    snap_->vanished.push_back({c.pid, c.ppid, total, e->second->level_mask});
+    b->second = std::max(0.0, b->second - total);
+    e->second->have_prev = false;  // reported: not again when the next listing misses it
+    e->second->level_mask = 0;
+  }
 }
 
 bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSample& s) {
@@ -253,7 +307,7 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
     // Gone (ESRCH on a kept fd); the next readdir drops it. Report it as vanished now so its
     // reaped time is not double counted by its parent.
     if (e.have_prev && e.level_mask)
-      snap_->vanished.push_back({pid, e.ppid, e.last_total_cpu_s, e.level_mask});
+      pending_.push_back({{pid, e.ppid, e.last_total_cpu_s, e.level_mask}, 0});
     e.have_prev = false;
     e.level_mask = 0;
     close_fd(e.stat_fd, fds_open_);

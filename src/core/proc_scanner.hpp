@@ -51,7 +51,9 @@ struct PidSample {
   bool in(Level l) const { return (level_mask >> level_index(l)) & 1u; }
 };
 
-/// A member pid that was present at the previous tick and is gone now.
+/// A member pid that was present at an earlier tick, is gone, and whose parent's cutime/cstime
+/// grew at this tick by at least its last-seen total (the reap is visible in the parent now: the
+/// child may vanish one scan before the parent's growth is read).
 struct VanishedPid {
   int pid = 0;
   int ppid = 0;
@@ -108,6 +110,13 @@ class ProcScanner {
   std::array<bool, kNumLevels> active_;
   ScanNeeds needs_;
   std::unordered_map<int, std::unique_ptr<Entry>> entries_;
+  /// Vanished members not yet matched with their parent's cutime growth (oldest first).
+  struct Pending {
+    VanishedPid pid;
+    unsigned age = 0;
+  };
+  std::vector<Pending> pending_;
+  void match_vanished();
   std::vector<int> listing_;
   std::string buf_;
   std::shared_ptr<ProcSnapshot> snap_ = std::make_shared<ProcSnapshot>();

@@ -132,6 +132,34 @@ TEST(Run, ShortLivedChildrenAreCounted) {
   EXPECT_NEAR(process_core_seconds(table, num_cpus), wait4_cpu_s, wait4_cpu_s * 0.15);
 }
 
+// bash → timeout → workload: the workload and its parent exit within one interval, so the
+// workload's whole life reaches bash's cutime through timeout, which sonde never saw reap it.
+// What was counted while the workload ran must not be counted again then.
+TEST(Run, ChainsOfExitingProcessesAreCountedOnce) {
+  const fs::path dir = scratch_dir();
+  const fs::path summary_path = dir / "summary.json";
+  const std::string burn = std::string("timeout 30 ") + workload_binary() + " burn 1.2";
+  const RunResult r =
+      run_command({sonde_binary(), "run", "--quiet", "--out", (dir / "out").string(), "--interval",
+                   "0.1", "--levels", "process,user", "--summary-json", summary_path.string(), "--",
+                   "/bin/bash", "-c", burn + "; " + burn + "; sleep 0.3"});
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const nlohmann::json summary = read_json(summary_path);
+  const double wait4_cpu_s =
+      summary.at("user_cpu_s").get<double>() + summary.at("system_cpu_s").get<double>();
+  ASSERT_GE(wait4_cpu_s, 2.4 * 0.9) << summary.dump();
+  const fs::path run = run_dir(dir / "out");
+  const double num_cpus = num_cpus_of(read_json(run / "manifest.json"));
+  const CsvTable table = read_csv(run / "perf_process.csv");
+  EXPECT_NEAR(process_core_seconds(table, num_cpus), wait4_cpu_s, wait4_cpu_s * 0.15);
+  // No interval of the user level may exceed every CPU busy (plus clock-tick jitter).
+  for (double v : read_csv(run / "perf_user.csv").numbers("cpu_util_avg")) {
+    if (!std::isnan(v)) {
+      EXPECT_LE(v, 110.0);
+    }
+  }
+}
+
 struct ExitCase {
   const char* name;
   std::vector<std::string> workload_args;
