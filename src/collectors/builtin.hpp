@@ -10,6 +10,8 @@ CollectorInfo memory_info();
 CollectorInfo io_info();
 CollectorInfo network_info();
 CollectorInfo procs_info();
+/// "": every GPU (sonde.collectors.gpu); "nvidia" (gpu_nvml) or "amd" (gpu_rocm): one vendor.
+CollectorInfo gpu_info(const std::string& vendor = {});
 
 /// Members of `level` in this tick's snapshot (system: none; system collectors read node files).
 inline const std::vector<std::uint32_t>& members(const TickContext& ctx, Level level) {

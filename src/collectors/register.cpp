@@ -9,6 +9,9 @@ void register_builtin_collectors(Registry& registry) {
   registry.add(collectors::io_info());
   registry.add(collectors::network_info());
   registry.add(collectors::procs_info());
+  registry.add(collectors::gpu_info());
+  registry.add(collectors::gpu_info("nvidia"));
+  registry.add(collectors::gpu_info("amd"));
 }
 
 }  // namespace sonde

@@ -61,6 +61,13 @@ collectors:
     _target_: sonde.collectors.procs
     inject: []
     handler: {_target_: ScalarHandler, column: num_procs}
+  # GPUs (NVML, ROCm SMI): utilisation %, memory-controller utilisation % (band), memory GiB,
+  # power W: gpu_util_0..N-1|avg|min|max, gpu_band_*, gpu_mem_*, gpu_power_*. Unavailable
+  # without GPUs.
+  gpu:
+    _target_: sonde.collectors.gpu
+    inject: []
+    handler: {_target_: PerDeviceMultiAggregateHandler, prefix: gpu_, metrics: [util, band, mem, power]}
 )";
 
 constexpr double kMinIntervalS = 0.01;
@@ -564,7 +571,8 @@ const std::vector<SettingInfo>& setting_table() {
        "Let sonde raise its own sampling thread's priority (nice -10) when it is permitted to "
        "(root or CAP_SYS_NICE), so ticks stay on time on a busy node. Never touches other "
        "processes; the manifest says whether it happened."},
-      {"collectors", "map of name to collector entry", "process, cpu, memory, io, network, procs",
+      {"collectors", "map of name to collector entry",
+       "process, cpu, memory, io, network, procs, gpu",
        "Collectors to run, each with its _target_, inject, handler and keyword arguments."},
   };
   return table;

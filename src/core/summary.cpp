@@ -1,5 +1,6 @@
 #include "core/summary.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -53,6 +54,63 @@ std::string bytes_text(double b) {
   }
   return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
 }
+// GPU part of the summary. The GPUs the level used are those where it held memory (at the system
+// level: all of them); their per-device means are averaged. Tags (thresholds as in JUmPER):
+// gpu-util-bound (mean utilisation >= 70 %), gpu-memory-bound (peak memory on one GPU >= 90 % of
+// a GPU's memory), gpu-allocated-but-not-used (memory held, mean utilisation < 10 %).
+constexpr double kGpuUtilBound = 70, kGpuMemoryBound = 0.9, kGpuUnused = 10;
+
+void gpu_summary(nlohmann::json& j, std::vector<std::string>& tags, const RunStats& stats,
+                 Level level, const NodeInfo& node) {
+  j["num_gpus"] = node.num_gpus;
+  j["gpu_name"] = node.gpu_name;
+  j["gpu_memory_gib"] = node.gpu_memory_gib;
+  j["gpus_used"] = nlohmann::json();
+  j["gpu_util_mean"] = nlohmann::json();
+  j["gpu_band_mean"] = nlohmann::json();
+  j["gpu_mem_peak_gib"] = nlohmann::json();
+  j["gpu_power_mean_w"] = nlohmann::json();
+  j["gpu_energy_j"] = nlohmann::json();
+  if (node.num_gpus <= 0 || stats.find(level, "gpu_util_avg") == nullptr) return;
+  int used = 0;
+  double util = 0, band = 0, mem_peak = 0, power = 0, energy = 0;
+  int util_n = 0, band_n = 0, power_n = 0;
+  for (int i = 0; i < node.num_gpus; ++i) {
+    const auto* m = stats.find(level, fmt::format("gpu_mem_{}", i));
+    const bool held = m && m->count && m->max > 0;
+    if (level != Level::system && !held) continue;
+    ++used;
+    if (m && m->count) mem_peak = std::max(mem_peak, m->max);
+    if (const auto* u = stats.find(level, fmt::format("gpu_util_{}", i)); u && u->count) {
+      util += *u->mean();
+      ++util_n;
+    }
+    if (const auto* b = stats.find(level, fmt::format("gpu_band_{}", i)); b && b->count) {
+      band += *b->mean();
+      ++band_n;
+    }
+    if (const auto* p = stats.find(level, fmt::format("gpu_power_{}", i)); p && p->count) {
+      power += *p->mean();
+      energy += p->integral;
+      ++power_n;
+    }
+  }
+  j["gpus_used"] = used;
+  if (used == 0) return;
+  j["gpu_mem_peak_gib"] = mem_peak;
+  if (util_n) j["gpu_util_mean"] = util / util_n;
+  if (band_n) j["gpu_band_mean"] = band / band_n;
+  if (power_n) {
+    j["gpu_power_mean_w"] = power;
+    j["gpu_energy_j"] = energy;
+  }
+  if (util_n && util / util_n >= kGpuUtilBound) tags.push_back("gpu-util-bound");
+  if (node.gpu_memory_gib > 0 && mem_peak >= kGpuMemoryBound * node.gpu_memory_gib)
+    tags.push_back("gpu-memory-bound");
+  if (mem_peak > 0 && util_n && util / util_n < kGpuUnused)
+    tags.push_back("gpu-allocated-but-not-used");
+}
+
 }  // namespace
 
 nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
@@ -96,6 +154,7 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   j["written_bytes"] = integral(level, "io_write");
   j["net_sent_bytes"] = integral(Level::system, "net_bytes_sent");
   j["net_recv_bytes"] = integral(Level::system, "net_bytes_recv");
+  gpu_summary(j, tags, stats, level, node);
   j["tags"] = tags;
   return j;
 }
@@ -135,6 +194,15 @@ std::string summary_text(const nlohmann::json& s) {
   if (auto r = num("read_bytes"))
     out += fmt::format("  I/O          read {}, written {}\n", bytes_text(*r),
                        bytes_text(num("written_bytes").value_or(0)));
+  if (auto u = num("gpus_used"); u && *u > 0)
+    out += fmt::format(
+        "  GPU          {:g} of {:g} used, util mean {}, peak memory {:.2f} GiB of "
+        "{:.1f} GiB, power mean {}\n",
+        *u, num("num_gpus").value_or(0),
+        num("gpu_util_mean") ? fmt::format("{:.0f} %", *num("gpu_util_mean")) : std::string("??"),
+        num("gpu_mem_peak_gib").value_or(0), num("gpu_memory_gib").value_or(0),
+        num("gpu_power_mean_w") ? fmt::format("{:.0f} W", *num("gpu_power_mean_w"))
+                                : std::string("??"));
   if (auto n = num("net_sent_bytes"))
     out += fmt::format("  network      sent {}, received {} (whole node)\n", bytes_text(*n),
                        bytes_text(num("net_recv_bytes").value_or(0)));

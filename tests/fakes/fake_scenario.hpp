@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -64,6 +65,27 @@ inline std::string comm_of(int pid) {
   return s;
 }
 
+inline int ppid_of(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string state;
+  int ppid = 0;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+inline bool descends_from_self(int pid) {
+  const int self = static_cast<int>(getpid());
+  for (int depth = 0; pid > 1 && depth < 64; ++depth) {
+    pid = ppid_of(pid);
+    if (pid == self) return true;
+  }
+  return false;
+}
+
 /// Resolves pid placeholders. Cached where stable; "comm:" is looked up again when its process
 /// is gone.
 class Pids {
@@ -89,13 +111,19 @@ class Pids {
       const std::string comm = s.substr(5, 15);  // the kernel keeps 15 characters of comm
       auto it = comm_cache_.find(comm);
       if (it != comm_cache_.end() && comm_of(it->second) == comm) return it->second;
+      // Descendants of this process first: tests run in parallel, each sonde with its own
+      // workload of the same name.
+      int other = 0;
       for (int pid : proc_pids())
         if (comm_of(pid) == comm) {
-          comm_cache_[comm] = pid;
-          return pid;
+          if (descends_from_self(pid)) {
+            comm_cache_[comm] = pid;
+            return pid;
+          }
+          if (other == 0) other = pid;
         }
       comm_cache_.erase(comm);
-      return 0;
+      return other;
     }
     return 0;
   }

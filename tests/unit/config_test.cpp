@@ -90,10 +90,10 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-TEST(ConfigDefaults, SixCollectorsInOrder) {
+TEST(ConfigDefaults, SevenCollectorsInOrder) {
   Config cfg = defaults();
-  EXPECT_EQ(names(cfg),
-            (std::vector<std::string>{"process", "cpu", "memory", "io", "network", "procs"}));
+  EXPECT_EQ(names(cfg), (std::vector<std::string>{"process", "cpu", "memory", "io", "network",
+                                                  "procs", "gpu"}));
   EXPECT_DOUBLE_EQ(cfg.interval_s, 0.5);
   EXPECT_EQ(cfg.out_dir, "sonde-runs");
   EXPECT_TRUE(cfg.levels.empty());
@@ -130,7 +130,12 @@ TEST(ConfigDefaults, HandlersAndInject) {
             (std::vector<std::string>{"net_bytes_sent", "net_bytes_recv", "net_packets_sent",
                                       "net_packets_recv"}));
   EXPECT_TRUE(cfg.find("network")->inject.empty());
-  EXPECT_EQ(cfg.find("gpu"), nullptr);
+  const CollectorSpec* gpu = cfg.find("gpu");
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_EQ(gpu->target, "sonde.collectors.gpu");
+  EXPECT_EQ(gpu->handler.target, "PerDeviceMultiAggregateHandler");
+  EXPECT_EQ(gpu->handler.prefix, "gpu_");
+  EXPECT_EQ(gpu->handler.metrics, (std::vector<std::string>{"util", "band", "mem", "power"}));
 }
 
 TEST(ConfigDefaults, SettingTableMatchesDefaults) {
@@ -181,7 +186,7 @@ collectors:
   EXPECT_EQ(cfg.out_dir, "/scratch/runs");
   EXPECT_EQ(cfg.sources, (std::vector<std::string>{"<defaults>", "site.yaml"}));
   EXPECT_EQ(names(cfg), (std::vector<std::string>{"process", "cpu", "memory", "io", "network",
-                                                  "procs", "sensors"}));
+                                                  "procs", "gpu", "sensors"}));
 
   const CollectorSpec* network = cfg.find("network");
   EXPECT_FALSE(network->enabled);
@@ -243,7 +248,7 @@ TEST(ConfigMerge, HandlerReplacedWholeAndKwargsMergeByKey) {
   EXPECT_EQ(x->handler.columns, (std::vector<std::string>{"x_a", "x_b"}));
   EXPECT_EQ(x->origin.str(), "b.yaml:2:3");
   EXPECT_EQ(names(cfg).back(), "x");
-  EXPECT_EQ(cfg.collectors.size(), 7u);
+  EXPECT_EQ(cfg.collectors.size(), 8u);
 }
 
 TEST(ConfigMerge, JumperHandlerNameAndMultiAggregate) {
@@ -318,7 +323,7 @@ TEST(ConfigLoad, MissingOptionalFilesAreSkipped) {
   auto cfg = load_config(isolated(dir));
   ASSERT_TRUE(cfg.ok()) << cfg.error().message;
   EXPECT_EQ(cfg->sources, std::vector<std::string>{"<defaults>"});
-  EXPECT_EQ(cfg->collectors.size(), 6u);
+  EXPECT_EQ(cfg->collectors.size(), 7u);
 }
 
 TEST(ConfigLoad, XdgFromEnvironmentThenHome) {
