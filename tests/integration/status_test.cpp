@@ -3,7 +3,9 @@
 // (an option and a field through the hooks, hook order by priority) and watch mode in a
 // pseudo-terminal (tmux).
 #include <sys/stat.h>
+
 #include <unistd.h>
+#include <csignal>
 
 #include <algorithm>
 #include <fstream>
@@ -466,31 +468,49 @@ TEST(Status, InitialisationFailure) {
 // ---- AMD ----
 
 TEST(Status, AmdScenario) {
-  const std::string amd = scenario("amd");
-  if (!fs::exists(amd)) GTEST_SKIP() << "no AMD scenario in this tree";
   const auto dir = scratch_dir();
-  const auto o = env_for(dir, "/nonexistent/libnvidia-ml.so.1", amd, SONDE_FAKE_ROCM);
+  const auto o =
+      env_for(dir, "/nonexistent/libnvidia-ml.so.1", scenario("amd_two_gpus"), SONDE_FAKE_ROCM);
   const auto r = sonde({"status", "--json", "--cpu-interval", "0"}, o);
   ASSERT_EQ(r.status, 0) << r.describe();
   const json d = parse_json(r);
-  ASSERT_FALSE(d["gpus"].empty()) << r.out;
+  ASSERT_EQ(d["gpus"].size(), 2u) << r.out;
   for (const auto& g : d["gpus"]) {
     EXPECT_EQ(g["vendor"], "amd");
-    EXPECT_FALSE(g["name"].get<std::string>().empty());
+    EXPECT_EQ(g["name"], "AMD Instinct MI250X");
   }
-  EXPECT_FALSE(d["driver_version"]["amd"].is_null());
+  EXPECT_EQ(d["driver_version"]["amd"], "6.7.0");
+  EXPECT_TRUE(d["driver_version"]["nvidia"].is_null());
+  const json& g0 = d["gpus"][0];
+  EXPECT_DOUBLE_EQ(g0["util_gpu_percent"].get<double>(), 93);
+  EXPECT_DOUBLE_EQ(g0["temperature_c"].get<double>(), 52);
+  EXPECT_EQ(g0["mem_used_bytes"].get<std::uint64_t>(), 49152ull << 20);
+  EXPECT_DOUBLE_EQ(g0["power_w"].get<double>(), 350);
+  ASSERT_TRUE(g0["processes"].is_array());
+  EXPECT_EQ(g0["processes"].size(), 2u);
+  EXPECT_TRUE(d["gpus"][1]["power_w"].is_null());
+  EXPECT_TRUE(d["gpus"][1]["fan_percent"].is_null());
+
   const auto t = sonde({"status", "--cpu-interval", "0"}, o);
   ASSERT_EQ(t.status, 0) << t.describe();
-  EXPECT_NE(t.out.find("AMD driver"), std::string::npos) << t.out;
-  EXPECT_NE(t.out.find("[0] "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("AMD driver 6.7.0"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("[1] AMD Instinct MI250X"), std::string::npos) << t.out;
+  // gpustat: the AMD GPUs in its format (as gpustat's ROCm support shows them).
   const auto g = sonde({"gpustat", "--json"}, o);
   ASSERT_EQ(g.status, 0) << g.describe();
   const json gd = parse_json(g);
   expect_gpustat_shape(gd);
-  EXPECT_EQ(gd["gpus"].size(), d["gpus"].size());
-  const auto gt = sonde({"gpustat"}, o);
+  ASSERT_EQ(gd["gpus"].size(), 2u);
+  EXPECT_EQ(gd["driver_version"], "6.7.0");
+  EXPECT_EQ(gd["gpus"][0]["utilization.gpu"], 93);
+  EXPECT_EQ(gd["gpus"][0]["memory.used"], 49152);
+  EXPECT_TRUE(gd["gpus"][1]["power.draw"].is_null());
+  const auto gt = sonde({"gpustat", "--no-header"}, o);
   ASSERT_EQ(gt.status, 0) << gt.describe();
-  EXPECT_EQ(lines_of(gt.out).size(), 1 + d["gpus"].size()) << gt.out;
+  const auto gl = lines_of(gt.out);
+  ASSERT_EQ(gl.size(), 2u) << gt.out;
+  EXPECT_EQ(gl[0].rfind("[0] AMD Instinct MI250X | 52°C,  93 % | 49152 / 65536 MB |", 0), 0u)
+      << gt.out;
 }
 
 // ---- status plugins ----
@@ -776,6 +796,39 @@ TEST(StatusWatch, RedrawsInPlaceAndRestoresTheTerminal) {
   }
   EXPECT_NE(screen.find("EXITED 0"), std::string::npos) << screen;
   EXPECT_EQ(screen.find("[0] NVIDIA"), std::string::npos) << "alternate screen left\n" << screen;
+  EXPECT_EQ(tmux.format("#{alternate_on}"), "0");
+  EXPECT_EQ(tmux.format("#{cursor_flag}"), "1");
+}
+
+TEST(StatusWatch, SigtermRestoresTheTerminal) {
+  if (run_command({"tmux", "-V"}).status != 0) GTEST_SKIP() << "tmux is not installed";
+  const auto dir = scratch_dir();
+  const auto o = env_for(dir, SONDE_FAKE_NVML, scenario("nvidia_lost_gpu"));
+  std::string cmd = "env";
+  for (const auto& [k, v] : o.env) cmd += " " + shell_quote(k + "=" + v);
+  cmd += " " + shell_quote(sonde_binary()) + " gpustat -i 0.2 & echo $! > " +
+         shell_quote((dir / "pid").string()) + "; wait $!; echo \"EXITED $?\"; sleep 30";
+  Tmux tmux(dir);
+  ASSERT_EQ(
+      tmux.run({"new-session", "-d", "-s", "w", "-x", "120", "-y", "30", "sh", "-c", cmd}).status,
+      0);
+  std::string screen;
+  for (int i = 0; i < 100 && screen.find("[2] NVIDIA H100") == std::string::npos; ++i) {
+    sleep_for(0.1);
+    screen = tmux.capture();
+  }
+  ASSERT_NE(screen.find("[1] ??"), std::string::npos) << screen;  // gpustat's lines, lost GPU
+  EXPECT_EQ(tmux.format("#{alternate_on}"), "1");
+  const int pid = std::stoi(read_file(dir / "pid"));
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  bool exited = false;
+  for (int i = 0; i < 50 && !exited; ++i) {
+    sleep_for(0.1);
+    screen = tmux.capture();
+    exited = screen.find("EXITED") != std::string::npos;
+  }
+  EXPECT_NE(screen.find("EXITED 0"), std::string::npos) << screen;
   EXPECT_EQ(tmux.format("#{alternate_on}"), "0");
   EXPECT_EQ(tmux.format("#{cursor_flag}"), "1");
 }
