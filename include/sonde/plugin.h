@@ -23,13 +23,14 @@ extern "C" {
 #endif
 
 #define SONDE_ABI_MAJOR 1u
-#define SONDE_ABI_MINOR 0u
+#define SONDE_ABI_MINOR 1u /* 1.1: SONDE_CAP_STATUS */
 
 /** Name of the exported entry function. */
 #define SONDE_PLUGIN_ENTRY_NAME "sonde_plugin_entry"
 
 /** Capability ids for sonde_plugin.capability(). */
 #define SONDE_CAP_COLLECTOR 1u
+#define SONDE_CAP_STATUS 2u /**< sonde_status_v1 (ABI 1.1) */
 
 /** Levels, as in DESIGN.md. */
 typedef enum sonde_level {
@@ -147,6 +148,115 @@ typedef struct sonde_collector_v1 {
   void (*destroy)(void* self);
   void* reserved[8];
 } sonde_collector_v1;
+
+/* ---- Status hooks (ABI 1.1): `sonde status` and `sonde gpustat` ------------------------------
+ *
+ * Capability SONDE_CAP_STATUS gives a `sonde_status_v1`: hooks after gpustat's plugin proposal.
+ * Every hook may be NULL. Plugins run in priority order (lower first; sonde's built-in status
+ * plugins have priority 0; ties in name order), each hook over all plugins before the next:
+ *
+ *   add_options, configure            once per command
+ *   before_query                      once per query (once one-shot, every refresh in watch mode)
+ *   query_device                      once per GPU, after sonde filled the record
+ *   get_process_info                  once per GPU process, after sonde filled the record
+ *   after_query                       once per query
+ *   print_header, repr_gpu, repr_process, print_footer   text output only (not with --json)
+ *
+ * Values cross only as C types through `sonde_status_api`. Fields a plugin adds to a GPU or a
+ * process record (or to the node, under the plugin's name) appear in the text of `sonde status`
+ * and in the `--json` of both commands. All calls happen on one thread.
+ */
+typedef struct sonde_status sonde_status;                 /**< one status command */
+typedef struct sonde_status_gpu sonde_status_gpu;         /**< one GPU record */
+typedef struct sonde_status_process sonde_status_process; /**< one process of a GPU */
+typedef struct sonde_status_text sonde_status_text;       /**< text being built by a print hook */
+
+/** Functions the host gives to a status plugin; valid for the life of the command. */
+typedef struct sonde_status_api {
+  uint32_t struct_size; /**< sizeof(sonde_status_api) of the host */
+  uint32_t abi_minor;   /**< the host's SONDE_ABI_MINOR */
+
+  /* Command-line options (add_options only). `name` is the long option without dashes
+   * ([a-z0-9-]+); an option already taken is refused (returns 0 and logs why). */
+  int (*add_flag)(sonde_status* s, const char* name, const char* help);
+  int (*add_option)(sonde_status* s, const char* name, const char* help, const char* default_value);
+  /* Option values (configure and later): 1 when given (or defaulted), 0 when absent. */
+  int (*option_value)(const sonde_status* s, const char* name, const char** value);
+  int (*flag_value)(const sonde_status* s, const char* name); /**< 1 when set */
+  /** "status" or "gpustat". */
+  const char* (*command)(const sonde_status* s);
+  int (*json_output)(const sonde_status* s); /**< 1 with --json */
+  int (*use_color)(const sonde_status* s);   /**< 1 when the text has ANSI colours */
+  /** Seconds between refreshes in watch mode, 0 one-shot. */
+  double (*watch_interval_s)(const sonde_status* s);
+  /** Seconds the query measures CPU over (--cpu-interval). */
+  double (*cpu_interval_s)(const sonde_status* s);
+  /** The proc root (normally "/proc"). */
+  const char* (*proc_root)(const sonde_status* s);
+  /** A line in sonde's log (stderr), prefixed with the plugin's name. severity: 0 info, 1 warning.
+   */
+  void (*log)(const sonde_status* s, int severity, const char* message);
+  /* Fields of the node, shown under the plugin's name in --json ("<plugin>": {key: value}). */
+  void (*set_string)(sonde_status* s, const char* key, const char* value);
+  void (*set_number)(sonde_status* s, const char* key, double value);
+
+  /* A GPU record. Numbers: 1 when supported (value written), 0 when not. Keys: "temperature_c",
+   * "fan_percent", "util_gpu_percent", "util_mem_percent", "mem_used_bytes", "mem_total_bytes",
+   * "power_w", "power_limit_w", "enc_util_percent", "dec_util_percent". */
+  int32_t (*gpu_index)(const sonde_status_gpu* g);
+  const char* (*gpu_vendor)(const sonde_status_gpu* g); /**< "nvidia" or "amd" */
+  const char* (*gpu_name)(const sonde_status_gpu* g);
+  const char* (*gpu_uuid)(const sonde_status_gpu* g);
+  int (*gpu_number)(const sonde_status_gpu* g, const char* key, double* value);
+  size_t (*gpu_process_count)(const sonde_status_gpu* g);
+  /** Adds (or replaces) a field of the GPU record. */
+  void (*gpu_set_string)(sonde_status_gpu* g, const char* key, const char* value);
+  void (*gpu_set_number)(sonde_status_gpu* g, const char* key, double value);
+
+  /* A process record. */
+  int32_t (*process_pid)(const sonde_status_process* p);
+  const char* (*process_user)(const sonde_status_process* p);    /**< "" when unknown */
+  const char* (*process_command)(const sonde_status_process* p); /**< basename of argv[0] */
+  /** GPU memory in bytes: 1 when the driver says, 0 when not. */
+  int (*process_gpu_memory)(const sonde_status_process* p, uint64_t* bytes);
+  void (*process_set_string)(sonde_status_process* p, const char* key, const char* value);
+  void (*process_set_number)(sonde_status_process* p, const char* key, double value);
+  /** A field of the record (set by sonde or a plugin that ran before), as text; NULL if absent. */
+  const char* (*process_field)(const sonde_status_process* p, const char* key);
+
+  /* Text hooks. repr_* receive the line sonde (and plugins before) made: read it with
+   * text_get, replace it with text_set, or add to it with text_append. print_header/print_footer
+   * append lines (each text_append may hold several lines; end them with '\n'). */
+  const char* (*text_get)(const sonde_status_text* t);
+  void (*text_set)(sonde_status_text* t, const char* text);
+  void (*text_append)(sonde_status_text* t, const char* text);
+
+  void* reserved[16];
+} sonde_status_api;
+
+/** Capability SONDE_CAP_STATUS. */
+typedef struct sonde_status_v1 {
+  uint32_t struct_size; /**< sizeof(sonde_status_v1) of the plugin */
+  /** Creates the plugin's state for one command (NULL hooks get a NULL self). On failure returns
+   * NULL and writes why into err: the plugin is then left out with a warning. May be NULL. */
+  void* (*create)(const sonde_status_api* api, sonde_status* s, char* err, size_t err_size);
+  void (*destroy)(void* self);
+  void (*add_options)(void* self, sonde_status* s);
+  /** Returns 0 when the options are fine, else writes why into err (sonde exits with status 2). */
+  int (*configure)(void* self, sonde_status* s, char* err, size_t err_size);
+  void (*before_query)(void* self, sonde_status* s);
+  void (*query_device)(void* self, sonde_status* s, sonde_status_gpu* gpu);
+  void (*get_process_info)(void* self, sonde_status* s, sonde_status_gpu* gpu,
+                           sonde_status_process* process);
+  void (*after_query)(void* self, sonde_status* s);
+  void (*repr_gpu)(void* self, sonde_status* s, const sonde_status_gpu* gpu,
+                   sonde_status_text* text);
+  void (*repr_process)(void* self, sonde_status* s, const sonde_status_gpu* gpu,
+                       const sonde_status_process* process, sonde_status_text* text);
+  void (*print_header)(void* self, sonde_status* s, sonde_status_text* text);
+  void (*print_footer)(void* self, sonde_status* s, sonde_status_text* text);
+  void* reserved[8];
+} sonde_status_v1;
 
 /** The table returned by the entry function. Static and const: the host never frees it. */
 typedef struct sonde_plugin {

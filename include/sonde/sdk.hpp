@@ -271,3 +271,294 @@ struct Adapter {
   SONDE_PLUGIN_EXPORT const sonde_plugin* sonde_plugin_entry(void) {                       \
     return &sonde_plugin_table_;                                                           \
   }
+
+// ---- Status plugins (ABI 1.1, SONDE_CAP_STATUS): hooks of `sonde status` / `sonde gpustat` ----
+//
+//   class Team : public sonde::sdk::StatusPlugin {
+//    public:
+//     using StatusPlugin::StatusPlugin;
+//     void add_options(sonde::sdk::Status& s) override { s.add_option("team", "team name", ""); }
+//     void get_process_info(sonde::sdk::Status& s, sonde::sdk::Gpu&, sonde::sdk::Process& p)
+//     override {
+//       if (auto t = s.option("team")) p.set("team", *t);
+//     }
+//   };
+//   SONDE_STATUS_PLUGIN(Team, "team", "team of each GPU process", 10)
+//
+// An exception thrown by configure() is a usage error (its message is printed, sonde exits 2);
+// one thrown by any other hook is logged as a warning and the command goes on.
+namespace sonde::sdk {
+
+class Status {
+ public:
+  Status(const sonde_status_api* api, sonde_status* s) : api_(api), s_(s) {}
+  bool add_flag(const std::string& name, const std::string& help) {
+    return api_->add_flag(s_, name.c_str(), help.c_str()) == 1;
+  }
+  bool add_option(const std::string& name, const std::string& help,
+                  const std::string& default_value) {
+    return api_->add_option(s_, name.c_str(), help.c_str(), default_value.c_str()) == 1;
+  }
+  std::optional<std::string> option(const std::string& name) const {
+    const char* v = nullptr;
+    return api_->option_value(s_, name.c_str(), &v) == 1 && v ? std::optional<std::string>(v)
+                                                              : std::nullopt;
+  }
+  bool flag(const std::string& name) const { return api_->flag_value(s_, name.c_str()) == 1; }
+  std::string command() const { return api_->command(s_); }
+  bool json() const { return api_->json_output(s_) == 1; }
+  bool color() const { return api_->use_color(s_) == 1; }
+  double watch_interval_s() const { return api_->watch_interval_s(s_); }
+  double cpu_interval_s() const { return api_->cpu_interval_s(s_); }
+  std::string proc_root() const { return api_->proc_root(s_); }
+  void log(const std::string& m) const { api_->log(s_, 0, m.c_str()); }
+  void warn(const std::string& m) const { api_->log(s_, 1, m.c_str()); }
+  /// A field of the node, under the plugin's name in --json.
+  void set(const std::string& key, const std::string& value) {
+    api_->set_string(s_, key.c_str(), value.c_str());
+  }
+  void set(const std::string& key, double value) { api_->set_number(s_, key.c_str(), value); }
+  const sonde_status_api* api() const { return api_; }
+
+ private:
+  const sonde_status_api* api_;
+  sonde_status* s_;
+};
+
+class Gpu {
+ public:
+  Gpu(const sonde_status_api* api, const sonde_status_gpu* g) : api_(api), g_(g) {}
+  int index() const { return api_->gpu_index(g_); }
+  std::string vendor() const { return api_->gpu_vendor(g_); }
+  std::string name() const { return api_->gpu_name(g_); }
+  std::string uuid() const { return api_->gpu_uuid(g_); }
+  /// nullopt when the device does not support it (keys in plugin.h).
+  std::optional<double> number(const std::string& key) const {
+    double v = 0;
+    return api_->gpu_number(g_, key.c_str(), &v) == 1 ? std::optional<double>(v) : std::nullopt;
+  }
+  size_t process_count() const { return api_->gpu_process_count(g_); }
+  void set(const std::string& key, const std::string& value) {
+    api_->gpu_set_string(mut(), key.c_str(), value.c_str());
+  }
+  void set(const std::string& key, double value) {
+    api_->gpu_set_number(mut(), key.c_str(), value);
+  }
+
+ private:
+  sonde_status_gpu* mut() { return const_cast<sonde_status_gpu*>(g_); }
+  const sonde_status_api* api_;
+  const sonde_status_gpu* g_;
+};
+
+class Process {
+ public:
+  Process(const sonde_status_api* api, const sonde_status_process* p) : api_(api), p_(p) {}
+  int pid() const { return api_->process_pid(p_); }
+  std::string user() const { return api_->process_user(p_); }
+  std::string command() const { return api_->process_command(p_); }
+  std::optional<uint64_t> gpu_memory_bytes() const {
+    uint64_t v = 0;
+    return api_->process_gpu_memory(p_, &v) == 1 ? std::optional<uint64_t>(v) : std::nullopt;
+  }
+  std::optional<std::string> field(const std::string& key) const {
+    const char* v = api_->process_field(p_, key.c_str());
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  }
+  void set(const std::string& key, const std::string& value) {
+    api_->process_set_string(mut(), key.c_str(), value.c_str());
+  }
+  void set(const std::string& key, double value) {
+    api_->process_set_number(mut(), key.c_str(), value);
+  }
+
+ private:
+  sonde_status_process* mut() { return const_cast<sonde_status_process*>(p_); }
+  const sonde_status_api* api_;
+  const sonde_status_process* p_;
+};
+
+class Text {
+ public:
+  Text(const sonde_status_api* api, sonde_status_text* t) : api_(api), t_(t) {}
+  std::string get() const { return api_->text_get(t_); }
+  void set(const std::string& text) { api_->text_set(t_, text.c_str()); }
+  void append(const std::string& text) { api_->text_append(t_, text.c_str()); }
+
+ private:
+  const sonde_status_api* api_;
+  sonde_status_text* t_;
+};
+
+class StatusPlugin {
+ public:
+  explicit StatusPlugin(Status&) {}
+  virtual ~StatusPlugin() = default;
+  virtual void add_options(Status&) {}
+  virtual void configure(Status&) {}
+  virtual void before_query(Status&) {}
+  virtual void query_device(Status&, Gpu&) {}
+  virtual void get_process_info(Status&, Gpu&, Process&) {}
+  virtual void after_query(Status&) {}
+  virtual void repr_gpu(Status&, const Gpu&, Text&) {}
+  virtual void repr_process(Status&, const Gpu&, const Process&, Text&) {}
+  virtual void print_header(Status&, Text&) {}
+  virtual void print_footer(Status&, Text&) {}
+};
+
+namespace detail {
+
+template <class T>
+struct StatusAdapter {
+  struct Instance {
+    const sonde_status_api* api;
+    Status status;
+    T plugin;
+    Instance(const sonde_status_api* a, sonde_status* s) : api(a), status(a, s), plugin(status) {}
+  };
+  static Instance* in(void* self) { return static_cast<Instance*>(self); }
+  static Status st(Instance* i, sonde_status* s) { return Status(i->api, s); }
+  template <class F>
+  static void guard(Instance* i, sonde_status* s, const char* hook, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      Status(i->api, s).warn(std::string(hook) + ": " + e.what());
+    } catch (...) {
+      Status(i->api, s).warn(std::string(hook) + ": unknown exception");
+    }
+  }
+  static void* create(const sonde_status_api* api, sonde_status* s, char* err, size_t size) {
+    try {
+      return new Instance(api, s);
+    } catch (const std::exception& e) {
+      copy_error(err, size, e.what());
+    } catch (...) {
+      copy_error(err, size, "unknown exception in the status plugin's constructor");
+    }
+    return nullptr;
+  }
+  static void destroy(void* self) { delete in(self); }
+  static void add_options(void* self, sonde_status* s) {
+    auto* i = in(self);
+    guard(i, s, "add_options", [&] {
+      Status x = st(i, s);
+      i->plugin.add_options(x);
+    });
+  }
+  static int configure(void* self, sonde_status* s, char* err, size_t size) {
+    auto* i = in(self);
+    try {
+      Status x = st(i, s);
+      i->plugin.configure(x);
+      return 0;
+    } catch (const std::exception& e) {
+      copy_error(err, size, e.what());
+    } catch (...) {
+      copy_error(err, size, "unknown exception in configure");
+    }
+    return 1;
+  }
+  static void before_query(void* self, sonde_status* s) {
+    auto* i = in(self);
+    guard(i, s, "before_query", [&] {
+      Status x = st(i, s);
+      i->plugin.before_query(x);
+    });
+  }
+  static void query_device(void* self, sonde_status* s, sonde_status_gpu* g) {
+    auto* i = in(self);
+    guard(i, s, "query_device", [&] {
+      Status x = st(i, s);
+      Gpu gpu(i->api, g);
+      i->plugin.query_device(x, gpu);
+    });
+  }
+  static void get_process_info(void* self, sonde_status* s, sonde_status_gpu* g,
+                               sonde_status_process* p) {
+    auto* i = in(self);
+    guard(i, s, "get_process_info", [&] {
+      Status x = st(i, s);
+      Gpu gpu(i->api, g);
+      Process proc(i->api, p);
+      i->plugin.get_process_info(x, gpu, proc);
+    });
+  }
+  static void after_query(void* self, sonde_status* s) {
+    auto* i = in(self);
+    guard(i, s, "after_query", [&] {
+      Status x = st(i, s);
+      i->plugin.after_query(x);
+    });
+  }
+  static void repr_gpu(void* self, sonde_status* s, const sonde_status_gpu* g,
+                       sonde_status_text* t) {
+    auto* i = in(self);
+    guard(i, s, "repr_gpu", [&] {
+      Status x = st(i, s);
+      Text text(i->api, t);
+      i->plugin.repr_gpu(x, Gpu(i->api, g), text);
+    });
+  }
+  static void repr_process(void* self, sonde_status* s, const sonde_status_gpu* g,
+                           const sonde_status_process* p, sonde_status_text* t) {
+    auto* i = in(self);
+    guard(i, s, "repr_process", [&] {
+      Status x = st(i, s);
+      Text text(i->api, t);
+      i->plugin.repr_process(x, Gpu(i->api, g), Process(i->api, p), text);
+    });
+  }
+  static void print_header(void* self, sonde_status* s, sonde_status_text* t) {
+    auto* i = in(self);
+    guard(i, s, "print_header", [&] {
+      Status x = st(i, s);
+      Text text(i->api, t);
+      i->plugin.print_header(x, text);
+    });
+  }
+  static void print_footer(void* self, sonde_status* s, sonde_status_text* t) {
+    auto* i = in(self);
+    guard(i, s, "print_footer", [&] {
+      Status x = st(i, s);
+      Text text(i->api, t);
+      i->plugin.print_footer(x, text);
+    });
+  }
+  static const sonde_status_v1* table() {
+    static const sonde_status_v1 t = {sizeof(sonde_status_v1),
+                                      &create,
+                                      &destroy,
+                                      &add_options,
+                                      &configure,
+                                      &before_query,
+                                      &query_device,
+                                      &get_process_info,
+                                      &after_query,
+                                      &repr_gpu,
+                                      &repr_process,
+                                      &print_header,
+                                      &print_footer,
+                                      {}};
+    return &t;
+  }
+};
+
+}  // namespace detail
+}  // namespace sonde::sdk
+
+/// Exports a status plugin class (one per shared library; see StatusPlugin).
+#define SONDE_STATUS_PLUGIN(Class, name_, description_, priority_)                             \
+  namespace {                                                                                  \
+  const void* sonde_status_capability_(uint32_t id) {                                          \
+    return id == SONDE_CAP_STATUS                                                              \
+               ? static_cast<const void*>(::sonde::sdk::detail::StatusAdapter<Class>::table()) \
+               : nullptr;                                                                      \
+  }                                                                                            \
+  const sonde_plugin sonde_status_plugin_table_ = {                                            \
+      SONDE_ABI_MAJOR, SONDE_ABI_MINOR, sizeof(sonde_plugin),      name_,                      \
+      description_,    priority_,       &sonde_status_capability_, {}};                        \
+  }                                                                                            \
+  SONDE_PLUGIN_EXPORT const sonde_plugin* sonde_plugin_entry(void) {                           \
+    return &sonde_status_plugin_table_;                                                        \
+  }

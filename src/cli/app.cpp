@@ -114,6 +114,14 @@ void add_common(CLI::App* app, CommonOptions& o, bool outputs) {
 }  // namespace
 
 int run_cli(int argc, char** argv) {
+  // `sonde status|gpustat ...`, and sonde run through a link named `gpustat`: a parser of their
+  // own, to which the status plugins add options (src/cli/cmd_status.cpp).
+  if (argc >= 1 &&
+      std::string_view(argv[0]).substr(std::string_view(argv[0]).rfind('/') + 1) == "gpustat")
+    return cmd_status(argc, argv, true);
+  if (argc >= 2 &&
+      (std::string_view(argv[1]) == "status" || std::string_view(argv[1]) == "gpustat"))
+    return cmd_status(argc - 1, argv + 1, std::string_view(argv[1]) == "gpustat");
   CLI::App app{"sonde: a fast, pluggable performance monitor for Linux nodes"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("sonde ") + SONDE_VERSION);
@@ -166,6 +174,10 @@ int run_cli(int argc, char** argv) {
   std::string check_file;
   auto* check = config->add_subcommand("check", "check a configuration file (exit 2 if malformed)");
   check->add_option("file", check_file, "the file")->required();
+
+  // Listed for --help; run_cli hands them to cmd_status before parsing.
+  app.add_subcommand("status", "GPUs, their processes, host CPU and memory, now (-i: watch)");
+  app.add_subcommand("gpustat", "gpustat-compatible GPU view (flags and --json of gpustat)");
 
   std::string host_file;
   auto* host = app.add_subcommand("plugin-host",

@@ -66,6 +66,9 @@ int cmd_collectors(const CommonOptions& common, bool timing);
 int cmd_config_show(const CommonOptions& common, bool defaults);
 int cmd_config_check(const std::string& file);
 
+/// `sonde status` (gpustat = false) and `sonde gpustat`; argv[0] is the command's name.
+int cmd_status(int argc, char** argv, bool gpustat);
+
 int run_cli(int argc, char** argv);
 
 }  // namespace sonde::cli

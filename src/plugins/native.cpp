@@ -279,12 +279,18 @@ Result<std::shared_ptr<Library>> load_library(const std::string& path) {
                                   path, lib->plugin->struct_size));
   const void* cap =
       lib->plugin->capability ? lib->plugin->capability(SONDE_CAP_COLLECTOR) : nullptr;
-  if (cap == nullptr)
+  // A library with status hooks only (SONDE_CAP_STATUS, src/plugins/status_hooks.cpp) has no
+  // collector: it loads, and the collector factory refuses it.
+  const void* status_cap = lib->plugin->capability && lib->plugin->abi_minor >= 1
+                               ? lib->plugin->capability(SONDE_CAP_STATUS)
+                               : nullptr;
+  if (cap == nullptr && status_cap == nullptr)
     return make_error(Errc::unavailable, fmt::format("plugin {} provides no collector", path));
   lib->collector = static_cast<const sonde_collector_v1*>(cap);
-  if (lib->collector->struct_size < offsetof(sonde_collector_v1, reserved) ||
-      lib->collector->create == nullptr || lib->collector->collect == nullptr ||
-      lib->collector->destroy == nullptr)
+  if (lib->collector != nullptr &&
+      (lib->collector->struct_size < offsetof(sonde_collector_v1, reserved) ||
+       lib->collector->create == nullptr || lib->collector->collect == nullptr ||
+       lib->collector->destroy == nullptr))
     return make_error(Errc::unavailable,
                       fmt::format("refusing plugin {}: incomplete sonde_collector_v1 table", path));
   loaded.emplace(path, lib);
@@ -384,6 +390,9 @@ Result<std::unique_ptr<Collector>> make_native_collector(const std::string& path
                                                          const CollectorArgs& args) {
   auto lib = load_library(path);
   if (!lib) return lib.error();
+  if ((*lib)->collector == nullptr)
+    return make_error(Errc::unavailable,
+                      fmt::format("plugin {} provides no collector (status hooks only)", path));
   return std::unique_ptr<Collector>(new NativeCollector(std::move(*lib), args));
 }
 
@@ -392,9 +401,16 @@ Result<std::pair<std::string, std::string>> native_default_entry(const std::stri
   auto lib = load_library(path);
   if (!lib) return lib.error();
   const auto& l = **lib;
+  if (l.collector == nullptr) return std::make_pair(std::string(), std::string());
   return std::make_pair(
       std::string(l.plugin->name ? l.plugin->name : ""),
       std::string(l.collector->default_entry_yaml ? l.collector->default_entry_yaml : ""));
+}
+
+Result<const sonde_plugin*> load_native_plugin(const std::string& path) {
+  auto lib = load_library(path);
+  if (!lib) return lib.error();
+  return (*lib)->plugin;
 }
 
 }  // namespace sonde::plugins

@@ -106,7 +106,8 @@ void discover_plugins(Config& cfg, const std::vector<std::string>& dirs,
           continue;
         }
         const auto& [name, yaml] = *entry;
-        if (cfg.find(name) != nullptr) continue;  // configured explicitly under its name
+        if (name.empty() && yaml.empty()) continue;  // status hooks only: not a collector
+        if (cfg.find(name) != nullptr) continue;     // configured explicitly under its name
         if (yaml.empty()) {
           warn(fmt::format(
               "plugin {} has no default entry; add it under collectors: with a handler", path));

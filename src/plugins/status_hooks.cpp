@@ -1,0 +1,443 @@
+// Status hooks: the host side of SONDE_CAP_STATUS. Built-in and native status plugins go through
+// the same C table, so the built-ins are also the reference users of the ABI.
+#include "plugins/status_hooks.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "plugins/plugins.hpp"
+
+struct sonde_status {
+  struct Option {
+    bool is_flag = false;
+    bool flag = false;
+    std::string value;
+    std::string default_value;
+    CLI::Option* cli = nullptr;
+  };
+  sonde::status::StatusSettings settings;
+  CLI::App* app = nullptr;  ///< only during add_options
+  std::map<std::string, Option> options;
+  sonde::status::StatusData* data = nullptr;
+  std::string plugin;  ///< whose hook runs now (log prefix, node fields)
+};
+
+namespace sonde::plugins {
+Result<const sonde_plugin*> load_native_plugin(const std::string& path);
+}
+
+namespace sonde::status {
+namespace {
+
+bool valid_option_name(const char* name) {
+  if (name == nullptr || !std::islower(static_cast<unsigned char>(name[0]))) return false;
+  for (const char* c = name; *c; ++c)
+    if (!std::islower(static_cast<unsigned char>(*c)) &&
+        !std::isdigit(static_cast<unsigned char>(*c)) && *c != '-')
+      return false;
+  return true;
+}
+
+void api_log(const sonde_status* s, int severity, const char* message) {
+  std::cerr << fmt::format("sonde: {}status plugin '{}': {}\n", severity > 0 ? "warning: " : "",
+                           s->plugin, message ? message : "");
+}
+
+int add_opt(sonde_status* s, const char* name, const char* help, const char* def, bool flag) {
+  if (s->app == nullptr) {
+    api_log(s, 1, "options can only be added in add_options");
+    return 0;
+  }
+  if (!valid_option_name(name)) {
+    api_log(s, 1,
+            fmt::format("option name '{}' refused: expected [a-z][a-z0-9-]*", name ? name : "")
+                .c_str());
+    return 0;
+  }
+  const std::string long_name = std::string("--") + name;
+  if (s->options.count(name) || s->app->get_option_no_throw(long_name) != nullptr) {
+    api_log(s, 1, fmt::format("option {} is already taken; not added", long_name).c_str());
+    return 0;
+  }
+  auto& o = s->options[name];
+  o.is_flag = flag;
+  const std::string text = fmt::format("{} (plugin {})", help ? help : "", s->plugin);
+  if (flag) {
+    o.cli = s->app->add_flag(long_name, o.flag, text);
+  } else {
+    o.default_value = def ? def : "";
+    o.value = o.default_value;
+    o.cli = s->app->add_option(long_name, o.value, text);
+  }
+  o.cli->group("Plugin options");
+  return 1;
+}
+int api_add_flag(sonde_status* s, const char* name, const char* help) {
+  return add_opt(s, name, help, nullptr, true);
+}
+int api_add_option(sonde_status* s, const char* name, const char* help, const char* def) {
+  return add_opt(s, name, help, def, false);
+}
+int api_option_value(const sonde_status* s, const char* name, const char** value) {
+  auto it = s->options.find(name ? name : "");
+  if (it == s->options.end() || it->second.is_flag) return 0;
+  const bool given = it->second.cli != nullptr && it->second.cli->count() > 0;
+  if (!given && it->second.default_value.empty()) return 0;
+  *value = it->second.value.c_str();
+  return 1;
+}
+int api_flag_value(const sonde_status* s, const char* name) {
+  auto it = s->options.find(name ? name : "");
+  return it != s->options.end() && it->second.is_flag && it->second.flag ? 1 : 0;
+}
+const char* api_command(const sonde_status* s) {
+  return s->settings.command.c_str();
+}
+int api_json(const sonde_status* s) {
+  return s->settings.json ? 1 : 0;
+}
+int api_color(const sonde_status* s) {
+  return s->settings.color ? 1 : 0;
+}
+double api_watch(const sonde_status* s) {
+  return s->settings.watch_interval_s;
+}
+double api_cpu_interval(const sonde_status* s) {
+  return s->settings.cpu_interval_s;
+}
+const char* api_proc_root(const sonde_status* s) {
+  return s->settings.proc_root.c_str();
+}
+
+Field string_field(const char* key, const char* value) {
+  return Field{key ? key : "", value ? value : "", std::nullopt};
+}
+Field number_field(const char* key, double value) {
+  std::string text = std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 1e15
+                         ? fmt::format("{}", static_cast<long long>(value))
+                         : fmt::format("{:.4g}", value);
+  return Field{key ? key : "", text, value};
+}
+std::vector<Field>* node_fields(sonde_status* s) {
+  if (s->data == nullptr) return nullptr;
+  for (auto& pf : s->data->node_fields)
+    if (pf.plugin == s->plugin) return &pf.fields;
+  s->data->node_fields.push_back(PluginFields{s->plugin, {}});
+  return &s->data->node_fields.back().fields;
+}
+void api_set_string(sonde_status* s, const char* key, const char* value) {
+  if (key == nullptr || *key == '\0') return;
+  if (auto* f = node_fields(s)) set_field(*f, string_field(key, value));
+}
+void api_set_number(sonde_status* s, const char* key, double value) {
+  if (key == nullptr || *key == '\0') return;
+  if (auto* f = node_fields(s)) set_field(*f, number_field(key, value));
+}
+
+int32_t api_gpu_index(const sonde_status_gpu* g) {
+  return g->row->device.index;
+}
+const char* api_gpu_vendor(const sonde_status_gpu* g) {
+  return g->row->device.vendor.c_str();
+}
+const char* api_gpu_name(const sonde_status_gpu* g) {
+  return g->row->device.name.c_str();
+}
+const char* api_gpu_uuid(const sonde_status_gpu* g) {
+  return g->row->device.uuid.c_str();
+}
+int api_gpu_number(const sonde_status_gpu* g, const char* key, double* value) {
+  const gpu::GpuDevice& d = g->row->device;
+  const std::string k = key ? key : "";
+  std::optional<double> v;
+  auto bytes = [](const std::optional<std::uint64_t>& b) {
+    return b ? std::optional<double>(static_cast<double>(*b)) : std::nullopt;
+  };
+  if (k == "temperature_c")
+    v = d.temperature_c;
+  else if (k == "fan_percent")
+    v = d.fan_percent;
+  else if (k == "util_gpu_percent")
+    v = d.util_gpu;
+  else if (k == "util_mem_percent")
+    v = d.util_mem;
+  else if (k == "mem_used_bytes")
+    v = bytes(d.mem_used_bytes);
+  else if (k == "mem_total_bytes")
+    v = bytes(d.mem_total_bytes);
+  else if (k == "power_w")
+    v = d.power_w;
+  else if (k == "power_limit_w")
+    v = d.power_limit_w;
+  else if (k == "enc_util_percent")
+    v = d.enc_util;
+  else if (k == "dec_util_percent")
+    v = d.dec_util;
+  if (!v) return 0;
+  *value = *v;
+  return 1;
+}
+size_t api_gpu_process_count(const sonde_status_gpu* g) {
+  return g->row->processes ? g->row->processes->size() : 0;
+}
+void api_gpu_set_string(sonde_status_gpu* g, const char* key, const char* value) {
+  if (key && *key) set_field(g->row->fields, string_field(key, value));
+}
+void api_gpu_set_number(sonde_status_gpu* g, const char* key, double value) {
+  if (key && *key) set_field(g->row->fields, number_field(key, value));
+}
+
+int32_t api_process_pid(const sonde_status_process* p) {
+  return p->row->pid;
+}
+const char* api_process_user(const sonde_status_process* p) {
+  return p->row->user ? p->row->user->c_str() : "";
+}
+const char* api_process_command(const sonde_status_process* p) {
+  return p->row->command.c_str();
+}
+int api_process_gpu_memory(const sonde_status_process* p, uint64_t* bytes) {
+  if (!p->row->gpu_memory_bytes) return 0;
+  *bytes = *p->row->gpu_memory_bytes;
+  return 1;
+}
+void api_process_set_string(sonde_status_process* p, const char* key, const char* value) {
+  if (key && *key) set_field(p->row->fields, string_field(key, value));
+}
+void api_process_set_number(sonde_status_process* p, const char* key, double value) {
+  if (key && *key) set_field(p->row->fields, number_field(key, value));
+}
+const char* api_process_field(const sonde_status_process* p, const char* key) {
+  const Field* f = find_field(p->row->fields, key ? key : "");
+  return f ? f->text.c_str() : nullptr;
+}
+
+const char* api_text_get(const sonde_status_text* t) {
+  return t->text.c_str();
+}
+void api_text_set(sonde_status_text* t, const char* text) {
+  t->text = text ? text : "";
+}
+void api_text_append(sonde_status_text* t, const char* text) {
+  if (text) t->text += text;
+}
+
+const sonde_status_api kApi = {sizeof(sonde_status_api),
+                               SONDE_ABI_MINOR,
+                               api_add_flag,
+                               api_add_option,
+                               api_option_value,
+                               api_flag_value,
+                               api_command,
+                               api_json,
+                               api_color,
+                               api_watch,
+                               api_cpu_interval,
+                               api_proc_root,
+                               api_log,
+                               api_set_string,
+                               api_set_number,
+                               api_gpu_index,
+                               api_gpu_vendor,
+                               api_gpu_name,
+                               api_gpu_uuid,
+                               api_gpu_number,
+                               api_gpu_process_count,
+                               api_gpu_set_string,
+                               api_gpu_set_number,
+                               api_process_pid,
+                               api_process_user,
+                               api_process_command,
+                               api_process_gpu_memory,
+                               api_process_set_string,
+                               api_process_set_number,
+                               api_process_field,
+                               api_text_get,
+                               api_text_set,
+                               api_text_append,
+                               {}};
+
+}  // namespace
+
+std::vector<StatusPluginRef> find_status_plugins(const std::vector<std::string>& dirs,
+                                                 std::vector<std::string>& warnings) {
+  std::vector<StatusPluginRef> out;
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) continue;
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+      if (entry.path().extension() == ".so") files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      auto plugin = plugins::load_native_plugin(f.string());
+      if (!plugin) {
+        warnings.push_back(plugin.error().message);
+        continue;
+      }
+      const sonde_plugin* p = *plugin;
+      if (p->abi_minor < 1 || p->capability == nullptr) continue;  // before status hooks
+      const auto* table = static_cast<const sonde_status_v1*>(p->capability(SONDE_CAP_STATUS));
+      if (table == nullptr) continue;  // a collector
+      if (table->struct_size < offsetof(sonde_status_v1, reserved)) {
+        warnings.push_back(fmt::format(
+            "refusing status plugin {}: its sonde_status_v1 table is too small ({} bytes)",
+            f.string(), table->struct_size));
+        continue;
+      }
+      const std::string name = p->name ? p->name : f.stem().string();
+      const bool dup = std::any_of(out.begin(), out.end(),
+                                   [&](const StatusPluginRef& r) { return r.name == name; });
+      if (dup) {
+        warnings.push_back(fmt::format(
+            "status plugin {}: a plugin named '{}' was already loaded; skipped", f.string(), name));
+        continue;
+      }
+      out.push_back(StatusPluginRef{name, p->description ? p->description : "", p->priority,
+                                    f.string(), table});
+    }
+  }
+  return out;
+}
+
+StatusHooks::StatusHooks(std::vector<StatusPluginRef> plugins, StatusSettings settings)
+    : status_(std::make_unique<sonde_status>()) {
+  status_->settings = std::move(settings);
+  std::stable_sort(plugins.begin(), plugins.end(),
+                   [](const StatusPluginRef& a, const StatusPluginRef& b) {
+                     return a.priority != b.priority ? a.priority < b.priority : a.name < b.name;
+                   });
+  for (auto& ref : plugins) {
+    Instance in{ref, nullptr};
+    if (ref.table->create != nullptr) {
+      char err[512] = {0};
+      status_->plugin = ref.name;
+      in.self = ref.table->create(&kApi, status_.get(), err, sizeof err);
+      if (in.self == nullptr) {
+        std::cerr << fmt::format("sonde: warning: status plugin '{}' ({}) left out: {}\n", ref.name,
+                                 ref.source, err[0] ? err : "create() failed");
+        continue;
+      }
+    }
+    instances_.push_back(std::move(in));
+  }
+}
+
+StatusHooks::~StatusHooks() {
+  for (auto& in : instances_)
+    if (in.self != nullptr && in.ref.table->destroy != nullptr) in.ref.table->destroy(in.self);
+}
+
+StatusSettings& StatusHooks::settings() {
+  return status_->settings;
+}
+
+std::vector<std::string> StatusHooks::names() const {
+  std::vector<std::string> out;
+  for (const auto& in : instances_) out.push_back(in.ref.name);
+  return out;
+}
+
+template <class F>
+void StatusHooks::each(F&& f) {
+  for (auto& in : instances_) {
+    status_->plugin = in.ref.name;
+    f(*in.ref.table, in.self);
+  }
+}
+
+void StatusHooks::add_options(CLI::App& app) {
+  status_->app = &app;
+  each([&](const sonde_status_v1& t, void* self) {
+    if (t.add_options) t.add_options(self, status_.get());
+  });
+  status_->app = nullptr;
+}
+
+Result<void> StatusHooks::configure() {
+  for (auto& in : instances_) {
+    status_->plugin = in.ref.name;
+    if (in.ref.table->configure == nullptr) continue;
+    char err[512] = {0};
+    if (in.ref.table->configure(in.self, status_.get(), err, sizeof err) != 0)
+      return make_error(Errc::config, fmt::format("status plugin '{}': {}", in.ref.name,
+                                                  err[0] ? err : "configure() failed"));
+  }
+  return {};
+}
+
+void StatusHooks::before_query(StatusData& data) {
+  status_->data = &data;
+  each([&](const sonde_status_v1& t, void* self) {
+    if (t.before_query) t.before_query(self, status_.get());
+  });
+}
+
+void StatusHooks::query_device(StatusData& data, GpuRow& gpu) {
+  status_->data = &data;
+  sonde_status_gpu g{&gpu};
+  each([&](const sonde_status_v1& t, void* self) {
+    if (t.query_device) t.query_device(self, status_.get(), &g);
+  });
+}
+
+void StatusHooks::get_process_info(StatusData& data, GpuRow& gpu, ProcessRow& process) {
+  status_->data = &data;
+  sonde_status_gpu g{&gpu};
+  sonde_status_process p{&gpu, &process};
+  each([&](const sonde_status_v1& t, void* self) {
+    if (t.get_process_info) t.get_process_info(self, status_.get(), &g, &p);
+  });
+}
+
+void StatusHooks::after_query(StatusData& data) {
+  status_->data = &data;
+  each([&](const sonde_status_v1& t, void* self) {
+    if (t.after_query) t.after_query(self, status_.get());
+  });
+}
+
+std::string StatusHooks::repr_gpu(const GpuRow& gpu, std::string line) {
+  sonde_status_gpu g{const_cast<GpuRow*>(&gpu)};
+  sonde_status_text text{std::move(line)};
+  each([&](const sonde_status_v1& t, void* self) {
+    if (t.repr_gpu) t.repr_gpu(self, status_.get(), &g, &text);
+  });
+  return std::move(text.text);
+}
+
+std::string StatusHooks::repr_process(const GpuRow& gpu, const ProcessRow& process,
+                                      std::string line) {
+  sonde_status_gpu g{const_cast<GpuRow*>(&gpu)};
+  sonde_status_process p{const_cast<GpuRow*>(&gpu), const_cast<ProcessRow*>(&process)};
+  sonde_status_text text{std::move(line)};
+  each([&](const sonde_status_v1& t, void* self) {
+    if (t.repr_process) t.repr_process(self, status_.get(), &g, &p, &text);
+  });
+  return std::move(text.text);
+}
+
+std::string StatusHooks::print_header() {
+  sonde_status_text text;
+  each([&](const sonde_status_v1& t, void* self) {
+    if (t.print_header) t.print_header(self, status_.get(), &text);
+  });
+  return std::move(text.text);
+}
+
+std::string StatusHooks::print_footer() {
+  sonde_status_text text;
+  each([&](const sonde_status_v1& t, void* self) {
+    if (t.print_footer) t.print_footer(self, status_.get(), &text);
+  });
+  return std::move(text.text);
+}
+
+}  // namespace sonde::status

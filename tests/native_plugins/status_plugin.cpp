@@ -1,0 +1,75 @@
+// A status plugin for the tests (tests/integration/status_test.cpp), built twice with different
+// names, priorities and option names. It adds a command-line option (--STATUS_OPTION) and
+// - a field of each GPU process ("STATUS_OPTION" = the option's value, or "none"),
+// - a field of each GPU ("seen_by_NAME" = its number of processes),
+// - a header line "[NAME] header" and a footer line "[NAME] footer",
+// - " NAME" at the end of each gpustat process entry (repr_process),
+// and appends "NAME HOOK" to the file named by $SONDE_TEST_STATUS_TRACE at every hook, so the
+// tests can check the order of the hooks and of the plugins. configure() refuses the value "bad".
+#include <cstdio>
+#include <cstdlib>
+#include <sonde/sdk.hpp>
+#include <stdexcept>
+#include <string>
+
+#ifndef STATUS_NAME
+#error STATUS_NAME
+#endif
+
+namespace {
+
+void trace(const char* hook) {
+  const char* path = std::getenv("SONDE_TEST_STATUS_TRACE");
+  if (path == nullptr || *path == '\0') return;
+  if (FILE* f = std::fopen(path, "a")) {
+    std::fprintf(f, "%s %s\n", STATUS_NAME, hook);
+    std::fclose(f);
+  }
+}
+
+class TestStatus : public sonde::sdk::StatusPlugin {
+ public:
+  explicit TestStatus(sonde::sdk::Status& s) : StatusPlugin(s) { trace("create"); }
+  void add_options(sonde::sdk::Status& s) override {
+    trace("add_options");
+    s.add_option(STATUS_OPTION, "a value shown as a process field", "");
+  }
+  void configure(sonde::sdk::Status& s) override {
+    trace("configure");
+    value_ = s.option(STATUS_OPTION).value_or("none");
+    if (value_ == "bad") throw std::invalid_argument("--" STATUS_OPTION ": 'bad' is refused");
+  }
+  void before_query(sonde::sdk::Status&) override { trace("before_query"); }
+  void query_device(sonde::sdk::Status&, sonde::sdk::Gpu& g) override {
+    trace("query_device");
+    g.set("seen_by_" STATUS_NAME, static_cast<double>(g.process_count()));
+  }
+  void get_process_info(sonde::sdk::Status&, sonde::sdk::Gpu&, sonde::sdk::Process& p) override {
+    trace("get_process_info");
+    p.set(STATUS_OPTION, value_);
+  }
+  void after_query(sonde::sdk::Status&) override { trace("after_query"); }
+  void repr_gpu(sonde::sdk::Status&, const sonde::sdk::Gpu&, sonde::sdk::Text&) override {
+    trace("repr_gpu");
+  }
+  void repr_process(sonde::sdk::Status& s, const sonde::sdk::Gpu&, const sonde::sdk::Process&,
+                    sonde::sdk::Text& t) override {
+    trace("repr_process");
+    if (s.command() == "gpustat") t.append(" " STATUS_NAME);
+  }
+  void print_header(sonde::sdk::Status&, sonde::sdk::Text& t) override {
+    trace("print_header");
+    t.append("[" STATUS_NAME "] header\n");
+  }
+  void print_footer(sonde::sdk::Status&, sonde::sdk::Text& t) override {
+    trace("print_footer");
+    t.append("[" STATUS_NAME "] footer\n");
+  }
+
+ private:
+  std::string value_;
+};
+
+}  // namespace
+
+SONDE_STATUS_PLUGIN(TestStatus, STATUS_NAME, "test status plugin", STATUS_PRIORITY)
