@@ -105,7 +105,13 @@ void add_common(CLI::App* app, CommonOptions& o, bool outputs) {
   app->add_option("--interval", o.interval_s, "sampling interval in seconds (>= 0.01)");
   app->add_option("--levels", o.levels, "comma-separated levels: process,user,slurm,system");
   if (outputs) {
-    app->add_option("--out", o.out, "run directory (default: a new one under ./sonde-runs/)");
+    app->add_option("--out", o.out,
+                    "run directory (default: a new one under ./sonde-runs/), or a SQLite "
+                    "database shared by many runs (a name ending in .sqlite, .sqlite3 or .db)");
+    app->add_option("--format", o.format,
+                    "csv: a run directory; sqlite: a database (--out FILE, default "
+                    "./sonde-runs/runs.sqlite)")
+        ->check(CLI::IsMember({"csv", "sqlite"}));
     app->add_flag("--quiet", o.quiet, "print no summary");
     app->add_option("--summary-json", o.summary_json,
                     "also write the summary as JSON to this file");
@@ -155,6 +161,25 @@ int run_cli(int argc, char** argv) {
   auto* check = config->add_subcommand("check", "check a configuration file (exit 2 if malformed)");
   check->add_option("file", check_file, "the file")->required();
 
+  RunsOptions runs_options;
+  auto* runs = app.add_subcommand("runs", "list, show and export the runs in a SQLite database");
+  runs->require_subcommand(1);
+  auto* runs_list = runs->add_subcommand("list", "one line per run (id, start, duration, ...)");
+  runs_list->add_option("db", runs_options.db, "database (default: ./sonde-runs/runs.sqlite)");
+  runs_list->add_flag("--json", runs_options.json, "print JSON");
+  auto* runs_show = runs->add_subcommand("show", "a run's summary and manifest");
+  runs_show->add_option("db", runs_options.db, "database, or DB#ID")->required();
+  runs_show->add_option("id", runs_options.id, "run id (default: the latest run)");
+  runs_show->add_flag("--json", runs_options.json, "print one JSON document");
+  auto* runs_export =
+      runs->add_subcommand("export", "write a run as a run directory (CSV) or as JSON");
+  runs_export->add_option("db", runs_options.db, "database, or DB#ID")->required();
+  runs_export->add_option("id", runs_options.id, "run id (default: the latest run)");
+  runs_export->add_option("--format", runs_options.format, "csv (a run directory) or json")
+      ->check(CLI::IsMember({"csv", "json"}));
+  runs_export->add_option("-o,--out", runs_options.out,
+                          "directory (csv; default: DBNAME-ID) or file (json; default: stdout)");
+
   std::string host_file;
   auto* host = app.add_subcommand("plugin-host",
                                   "serve a native plugin over the plugin protocol "
@@ -192,6 +217,12 @@ int run_cli(int argc, char** argv) {
     return run_session(common, session);
   }
   if (*collectors) return cmd_collectors(common, timing);
+  if (*runs) {
+    runs_options.action = *runs_list   ? RunsOptions::Action::list
+                          : *runs_show ? RunsOptions::Action::show
+                                       : RunsOptions::Action::exp;
+    return cmd_runs(runs_options);
+  }
   if (*host) return plugins::run_plugin_host(host_file);
   if (*show) return cmd_config_show(common, defaults);
   if (*check) return cmd_config_check(check_file);

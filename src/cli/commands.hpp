@@ -1,5 +1,6 @@
 #pragma once
 // The subcommands. main() only calls run_cli; everything else lives in the library.
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@ struct CommonOptions {
   std::optional<double> interval_s;
   std::string levels;  ///< comma-separated, empty: from the configuration
   std::string out;
+  std::string format;  ///< --format: "csv" (run directory) or "sqlite"; empty: from --out
   bool quiet = false;
   std::string summary_json;
 };
@@ -54,6 +56,19 @@ struct SessionOptions {
 int run_session(const CommonOptions& common, const SessionOptions& session);
 
 int cmd_collectors(const CommonOptions& common, bool timing);
+
+/// sonde runs list|show|export (src/cli/cmd_runs.cpp).
+struct RunsOptions {
+  enum class Action { list, show, exp } action = Action::list;
+  std::string db;  ///< empty: <out_dir>/runs.sqlite
+  std::optional<std::int64_t> id;
+  std::string format = "csv";  ///< export: csv (a run directory) or json
+  std::string out;             ///< export: the directory (csv) or file (json)
+  bool json = false;           ///< list/show: JSON instead of text
+};
+int cmd_runs(const RunsOptions& options);
+/// The database `--format sqlite` writes when no --out is given.
+std::string default_sqlite_path(const std::string& out_dir);
 int cmd_config_show(const CommonOptions& common, bool defaults);
 int cmd_config_check(const std::string& file);
 
