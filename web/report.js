@@ -203,13 +203,28 @@
       var v = limits[b];
       return v === null || v === undefined ? null : v;
     }
-    function fmtAxis(v) {
+    // Time since the start of the run: "45 s", "12:30", "1:02:03".
+  var TIME_INCRS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600,
+    900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600, 86400];
+  function elapsed(v, precise) {
+    if (v === null || !isFinite(v)) return "–";
+    var neg = v < 0 ? "-" : "";
+    v = Math.abs(v);
+    if (v < 60 && !precise) return neg + (Math.round(v * 100) / 100) + " s";
+    if (v < 60) return neg + v.toFixed(v < 10 ? 2 : 1) + " s";
+    var h = Math.floor(v / 3600), m = Math.floor((v % 3600) / 60), s = v % 60;
+    var ss = precise ? s.toFixed(1) : String(Math.round(s));
+    if (ss.indexOf(".") === 1 || ss.length === 1) ss = "0" + ss;
+    var mm = h && m < 10 ? "0" + m : String(m);
+    return neg + (h ? h + ":" : "") + mm + ":" + ss;
+  }
+  function fmtAxis(v) {
       if (v === null) return "";
       var a = Math.abs(v);
       if (a >= 1e9) return (v / 1e9).toFixed(1) + "G";
       if (a >= 1e6) return (v / 1e6).toFixed(1) + "M";
       if (a >= 1e4) return (v / 1e3).toFixed(0) + "k";
-      if (a >= 100 || a === 0) return v.toFixed(0);
+      if (a >= 10 || a === 0) return v.toFixed(0);
       if (a >= 1) return v.toFixed(1);
       return v.toPrecision(2);
     }
@@ -243,7 +258,7 @@
       var limit = resolveBound(chart.limit, level.limits);
       var lo = resolveBound(chart.ylim[0], level.limits), hi = resolveBound(chart.ylim[1], level.limits);
       var n = ys.length;
-      var series = [{ label: "time", value: function (u, v) { return v === null ? "–" : dateText(v); } }];
+      var series = [{ label: "time", value: function (u, v) { return v === null ? "–" : elapsed(v, true); } }];
       chart.series.forEach(function (s, i) {
         var summaryMid = chart.type === "summary_series" && s.label === "mean";
         series.push({
@@ -264,7 +279,7 @@
         legend: { show: n <= 16, live: true },
         cursor: { sync: { key: "sonde" }, drag: { x: true, y: false, setScale: true } },
         scales: {
-          x: { time: true },
+          x: { time: false },
           y: {
             range: function (u, mn, mx) {
               var a = lo !== null ? lo : Math.min(0, mn === null ? 0 : mn);
@@ -276,7 +291,8 @@
           },
         },
         axes: [
-          { stroke: "#475569", grid: { stroke: "#e2e8f0", width: 1 }, ticks: { stroke: "#cbd5e1" } },
+          { stroke: "#475569", grid: { stroke: "#e2e8f0", width: 1 }, ticks: { stroke: "#cbd5e1" },
+          incrs: TIME_INCRS, values: function (u, vals) { return vals.map(function (v) { return elapsed(v, false); }); } },
           { stroke: "#475569", size: 56, grid: { stroke: "#e2e8f0", width: 1 },
             ticks: { stroke: "#cbd5e1" },
             values: function (u, vals) { return vals.map(fmtAxis); } },
@@ -294,8 +310,20 @@
           draw: [function (u) {
             if (limit === null) return;
             var yv = u.valToPos(limit, "y", true);
-            if (yv < u.bbox.top - 1 || yv > u.bbox.top + u.bbox.height + 1) return;
             var ctx = u.ctx;
+            if (yv < u.bbox.top - 1 || yv > u.bbox.top + u.bbox.height + 1) {
+              // Off the scale: say where it is rather than flatten the data against it.
+              ctx.save();
+              ctx.fillStyle = "#b91c1c";
+              ctx.font = 11 * devicePixelRatio + "px sans-serif";
+              ctx.textAlign = "right";
+              ctx.textBaseline = "alphabetic";
+              ctx.fillText("limit " + num(limit) + (chart.unit ? " " + chart.unit : "") +
+                (yv < u.bbox.top ? " ↑" : " ↓"), u.bbox.left + u.bbox.width - 4 * devicePixelRatio,
+                u.bbox.top + 12 * devicePixelRatio);
+              ctx.restore();
+              return;
+            }
             ctx.save();
             ctx.strokeStyle = "#b91c1c";
             ctx.lineWidth = 1.5 * devicePixelRatio;
@@ -306,7 +334,9 @@
             ctx.stroke();
             ctx.fillStyle = "#b91c1c";
             ctx.font = 11 * devicePixelRatio + "px sans-serif";
-            ctx.fillText("limit " + num(limit), u.bbox.left + 6 * devicePixelRatio,
+            ctx.textAlign = "left";
+            ctx.textBaseline = "bottom";
+            ctx.fillText("limit " + num(limit) + (chart.unit ? " " + chart.unit : ""), u.bbox.left + 6 * devicePixelRatio,
               yv - 4 * devicePixelRatio);
             ctx.restore();
           }],
@@ -336,8 +366,7 @@
         b.classList.toggle("active", b.getAttribute("data-level") === name);
         b.setAttribute("aria-selected", b.getAttribute("data-level") === name ? "true" : "false");
       });
-      var t0 = meta.start_wallclock;
-      var x = level.t.map(function (t) { return t0 + t; });
+      var x = level.t;
       fullRange = x.length ? [x[0], x[x.length - 1]] : null;
       var width = chartWidth();
       var section = null, grid = null;

@@ -185,3 +185,70 @@ def test_report_in_chromium(report, driver):
     assert not [l for l in driver.get_log("browser") if l["level"] == "SEVERE"]
     others = [u for u in network_requests(driver) if u != url and not u.startswith("data:")]
     assert not others, others
+
+
+def synthetic_run(d, rows=600):
+    """A run directory with GPU columns, a plugin's columns and notebook cells (no GPU needed)."""
+    import math
+    levels = ["process", "system"]
+    start = 1_700_000_000.0
+    manifest = {
+        "command": ["python3", "train.py"], "mode": "run", "start_wallclock": start,
+        "end_wallclock": start + rows, "exit_status": 0, "complete": True, "host": "gpu-node",
+        "interval": 1.0, "levels": levels, "sonde_version": "test",
+        "node_info": {"num_cpus": 4, "num_system_cpus": 4, "num_gpus": 2, "gpu_name": "Fake GPU",
+                      "gpu_memory_gib": 16.0,
+                      "memory_limits": {l: 8 * 1024 ** 3 for l in ["process", "user", "slurm", "system"]}},
+    }
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    for li, level in enumerate(levels):
+        cols = ["time", "wallclock", "cpu_util_0", "cpu_util_1", "cpu_util_avg", "cpu_util_min",
+                "cpu_util_max", "memory", "gpu_util_0", "gpu_util_1", "gpu_util_avg",
+                "gpu_util_min", "gpu_util_max", "gpu_mem_0", "gpu_mem_1", "gpu_mem_avg",
+                "gpu_mem_min", "gpu_mem_max", "lustre_read", "temp_0", "temp_1"]
+        lines = [",".join(cols)]
+        for r in range(rows):
+            p = 0.5 + 0.5 * math.sin(r / 40 + li)
+            c0, c1 = 90 * p, 60 * p + 5
+            g0, g1 = 95 * p, 80 * p
+            m0, m1 = 14 * p + 1, 10 * p + 1
+            row = [r + 1, start + r + 1, c0, c1, (c0 + c1) / 2, min(c0, c1), max(c0, c1),
+                   2 + 4 * p + li, g0, g1, (g0 + g1) / 2, min(g0, g1), max(g0, g1), m0, m1,
+                   (m0 + m1) / 2, min(m0, m1), max(m0, m1), 1e6 * p, 40 + 30 * p, 45 + 20 * p]
+            lines.append(",".join("%.6f" % v if i < 2 else "%.6g" % v for i, v in enumerate(row)))
+        (d / ("perf_%s.csv" % level)).write_text("\n".join(lines) + "\n")
+    (d / "cell_history.csv").write_text(
+        'index,start_wallclock,end_wallclock,code\n'
+        '1,%f,%f,"import torch"\n2,%f,%f,"model.fit(x, y)\nprint(""done"")"\n'
+        % (start + 1, start + 20, start + 30, start + 500))
+
+
+def test_gpu_and_plugin_columns(tmp_path, driver):
+    run = tmp_path / "run"
+    run.mkdir()
+    synthetic_run(run)
+    out = tmp_path / "gpu.html"
+    proc = subprocess.run([SONDE, "report", str(run), "-o", str(out)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    driver.get("about:blank")
+    network_requests(driver)
+    driver.get(out.resolve().as_uri())
+    WebDriverWait(driver, 20).until(
+        lambda d: d.execute_script("return !!(window.sondeReport && window.sondeReport.ready)"))
+    assert not [l for l in driver.get_log("browser") if l["level"] == "SEVERE"]
+    charts = {c["name"]: c for c in driver.execute_script("return window.sondeReport.charts()")}
+    for want in ("gpu_util_summary", "gpu_util", "gpu_mem_summary", "gpu_mem", "auto:lustre_read",
+                 "auto:temp_"):
+        assert want in charts and charts[want]["drawn"], (want, sorted(charts))
+    pixels = {p["name"]: p for p in driver.execute_script(CANVAS_PIXELS_JS)}
+    for name, c in charts.items():
+        if c["drawn"]:
+            assert pixels[name]["colored"] > 50, pixels[name]
+    tags = driver.find_element(By.ID, "tags").text
+    assert "gpu-bound" not in tags  # mean GPU utilisation is about 44 %
+    assert "Notebook cells" in driver.find_element(By.ID, "app").text
+    table = driver.find_element(By.ID, "summary-table").text
+    assert "GPU utilisation" in table and "GPU memory" in table
+    assert not [u for u in network_requests(driver) if not u.startswith("file:")]
+    full_page_screenshot(driver, OUT / "report_gpu.png")
