@@ -11,6 +11,7 @@
 #include "core/engine.hpp"
 #include "core/fs.hpp"
 #include "core/level.hpp"
+#include "views/report_charts.hpp"
 
 namespace sonde::cli {
 
@@ -23,6 +24,10 @@ struct CommonOptions {
   std::string format;  ///< --format: "csv" (run directory) or "sqlite"; empty: from --out
   bool quiet = false;
   std::string summary_json;
+  /// --report [FILE]: write the HTML report at the end (empty file: RUN_DIR/report.html).
+  bool report = false;
+  std::string report_file;
+  std::vector<std::string> charts;  ///< --charts FILE (chart configuration, repeatable)
 };
 
 /// Exit statuses of sonde itself (a `run` otherwise exits with its command's status).
@@ -71,6 +76,14 @@ int cmd_runs(const RunsOptions& options);
 std::string default_sqlite_path(const std::string& out_dir);
 int cmd_config_show(const CommonOptions& common, bool defaults);
 int cmd_config_check(const std::string& file);
+
+/// The shipped charts, then $XDG_CONFIG_HOME/sonde/charts.yaml when present, then `files`.
+Result<std::vector<ChartRule>> load_chart_rules(const std::vector<std::string>& files);
+/// `sonde report`: reads a stored run (read_run) and writes its HTML report to `output`
+/// (empty: RUN/report.html for a run directory, else ./report.html). `chart_files` are merged
+/// over the shipped charts. Exit 2 for malformed input.
+int write_run_report(const std::string& run_spec, const std::string& output,
+                     const std::vector<std::string>& chart_files);
 
 int run_cli(int argc, char** argv);
 
