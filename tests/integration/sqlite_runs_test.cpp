@@ -143,6 +143,12 @@ TEST(SqliteRuns, TwoRunsListShowExport) {
   }
   EXPECT_EQ(count_nan(read_csv(exported / "perf_process.csv").numbers("memory")), 0u);
 
+  // sonde report reads a run from the database.
+  const RunResult report =
+      sonde({"report", db.string() + "#1", "-o", (dir / "run1.html").string()});
+  ASSERT_EQ(report.status, 0) << report.describe();
+  EXPECT_NE(read_file(dir / "run1.html").find("burn"), std::string::npos);
+
   // JSON export.
   const RunResult json = sonde({"runs", "export", "--format", "json", db.string(), "2"});
   ASSERT_EQ(json.status, 0) << json.describe();
@@ -222,7 +228,7 @@ TEST(SqliteRuns, ALockedDatabaseDelaysRowsButLosesNone) {
   const fs::path dir = scratch_dir();
   const fs::path db = dir / "runs.sqlite";
   BackgroundProcess rec({sonde_binary(), "record", "--system", "--interval", "0.05", "--duration",
-                         "2.5", "--quiet", "--out", db.string()});
+                         "5", "--quiet", "--out", db.string()});
   for (int i = 0; i < 100 && stored_rows(db) < 1; ++i) sleep_for(0.1);
   // Another writer holds the write lock for a second (the sqlite3 CLI in a transaction).
   const RunResult lock = run_command(
