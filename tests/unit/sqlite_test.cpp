@@ -285,6 +285,27 @@ TEST(Sqlite, ParsesLocations) {
   EXPECT_FALSE(is_sqlite_path(".db"));
 }
 
+TEST(Sqlite, ReadRunDispatchesDatabaseLocations) {
+  TempDir t;
+  const std::string db = (t.path / "store.data").string();  // any file name, with #ID or not
+  for (int run = 0; run < 2; ++run) {
+    auto sink = make_sink(db);
+    ASSERT_TRUE(sink);
+    write_ticks(*sink, 2 + run);
+  }
+  auto first = read_run(db + "#1");
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first->source, db + "#1");
+  EXPECT_EQ(first->levels.at(0).rows.size(), 2u);
+  auto latest = read_run(db);
+  ASSERT_TRUE(latest.ok()) << latest.error().message;
+  EXPECT_EQ(latest->source, db + "#2");
+  auto missing = read_run((t.path / "gone.sqlite#3").string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("gone.sqlite: no such database file"), std::string::npos)
+      << missing.error().message;
+}
+
 TEST(Sqlite, ExportsTheRunDirectoryLayout) {
   TempDir t;
   const std::string db = (t.path / "runs.sqlite").string();
