@@ -562,7 +562,9 @@ void SqliteSink::finish(const RunOutcome& outcome, const nlohmann::json& summary
   bind_text(raw, 5, manifest_.dump());
   bind_text(raw, 6, summary.dump());
   sqlite3_bind_int64(raw, 7, run_id_);
-  if (sqlite3_step(raw) != SQLITE_DONE)
+  // After a reported write error this is a last try (the run's row keeps complete = 0 anyway);
+  // its failure is not reported a second time.
+  if (sqlite3_step(raw) != SQLITE_DONE && !failed_)
     std::cerr << "sonde: error: " << db_->error_text("cannot finish the run") << "\n";
 }
 
