@@ -105,10 +105,20 @@ void add_common(CLI::App* app, CommonOptions& o, bool outputs) {
   app->add_option("--interval", o.interval_s, "sampling interval in seconds (>= 0.01)");
   app->add_option("--levels", o.levels, "comma-separated levels: process,user,slurm,system");
   if (outputs) {
-    app->add_option("--out", o.out, "run directory (default: a new one under ./sonde-runs/)");
+    app->add_option("--out", o.out,
+                    "run directory (default: a new one under ./sonde-runs/), or a SQLite "
+                    "database shared by many runs (a name ending in .sqlite, .sqlite3 or .db)");
+    app->add_option("--format", o.format,
+                    "csv: a run directory; sqlite: a database (--out FILE, default "
+                    "./sonde-runs/runs.sqlite)")
+        ->check(CLI::IsMember({"csv", "sqlite"}));
     app->add_flag("--quiet", o.quiet, "print no summary");
     app->add_option("--summary-json", o.summary_json,
                     "also write the summary as JSON to this file");
+    // A flag that takes a value only as --report=FILE: `--report -- CMD` must not eat CMD.
+    app->add_flag("--report{-}", o.report_file,
+                  "write the HTML report at the end (--report=FILE; default: RUN_DIR/report.html)");
+    app->add_option("--charts", o.charts, "chart configuration for --report (repeatable)");
   }
 }
 }  // namespace
@@ -178,6 +188,34 @@ int run_cli(int argc, char** argv) {
   // Listed for --help; run_cli hands them to cmd_status before parsing.
   app.add_subcommand("status", "GPUs, their processes, host CPU and memory, now (-i: watch)");
   app.add_subcommand("gpustat", "gpustat-compatible GPU view (flags and --json of gpustat)");
+  RunsOptions runs_options;
+  auto* runs = app.add_subcommand("runs", "list, show and export the runs in a SQLite database");
+  runs->require_subcommand(1);
+  auto* runs_list = runs->add_subcommand("list", "one line per run (id, start, duration, ...)");
+  runs_list->add_option("db", runs_options.db, "database (default: ./sonde-runs/runs.sqlite)");
+  runs_list->add_flag("--json", runs_options.json, "print JSON");
+  auto* runs_show = runs->add_subcommand("show", "a run's summary and manifest");
+  runs_show->add_option("db", runs_options.db, "database, or DB#ID")->required();
+  runs_show->add_option("id", runs_options.id, "run id (default: the latest run)");
+  runs_show->add_flag("--json", runs_options.json, "print one JSON document");
+  auto* runs_export =
+      runs->add_subcommand("export", "write a run as a run directory (CSV) or as JSON");
+  runs_export->add_option("db", runs_options.db, "database, or DB#ID")->required();
+  runs_export->add_option("id", runs_options.id, "run id (default: the latest run)");
+  runs_export->add_option("--format", runs_options.format, "csv (a run directory) or json")
+      ->check(CLI::IsMember({"csv", "json"}));
+  runs_export->add_option("-o,--out", runs_options.out,
+                          "directory (csv; default: DBNAME-ID) or file (json; default: stdout)");
+
+  std::string report_run, report_out;
+  std::vector<std::string> report_charts;
+  auto* report = app.add_subcommand("report", "write the HTML report of a stored run");
+  report->add_option("run", report_run, "run directory, or DB.sqlite[#ID] (sonde runs)")
+      ->required();
+  report->add_option("-o,--output", report_out,
+                     "HTML file (default: RUN/report.html for a run directory)");
+  report->add_option("--charts", report_charts,
+                     "chart configuration merged over the shipped charts (repeatable)");
 
   std::string host_file;
   auto* host = app.add_subcommand("plugin-host",
@@ -195,6 +233,21 @@ int run_cli(int argc, char** argv) {
     return kExitUsage;
   }
 
+  if (*report) return write_run_report(report_run, report_out, report_charts);
+  for (auto* sub : {run, record})
+    if (*sub && sub->get_option("--report")->count() > 0) common.report = true;
+  if (common.report_file == "-") common.report_file.clear();
+  if ((*run || *record) && !common.charts.empty() && !common.report) {
+    print_error("--charts: only with --report");
+    return kExitUsage;
+  }
+  if (common.report) {
+    // A malformed chart file is found before the program starts, not after it ran.
+    if (auto rules = load_chart_rules(common.charts); !rules) {
+      print_error(rules.error().message);
+      return kExitUsage;
+    }
+  }
   if (*run) {
     session.mode = SessionOptions::Mode::run;
     return run_session(common, session);
@@ -217,6 +270,12 @@ int run_cli(int argc, char** argv) {
   }
   if (*serve) return cmd_serve(common, serve_opts);
   if (*collectors) return cmd_collectors(common, timing);
+  if (*runs) {
+    runs_options.action = *runs_list   ? RunsOptions::Action::list
+                          : *runs_show ? RunsOptions::Action::show
+                                       : RunsOptions::Action::exp;
+    return cmd_runs(runs_options);
+  }
   if (*host) return plugins::run_plugin_host(host_file);
   if (*show) return cmd_config_show(common, defaults);
   if (*check) return cmd_config_check(check_file);

@@ -1,5 +1,6 @@
 #pragma once
 // The subcommands. main() only calls run_cli; everything else lives in the library.
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 #include "core/engine.hpp"
 #include "core/fs.hpp"
 #include "core/level.hpp"
+#include "views/report_charts.hpp"
 
 namespace sonde::cli {
 
@@ -19,8 +21,13 @@ struct CommonOptions {
   std::optional<double> interval_s;
   std::string levels;  ///< comma-separated, empty: from the configuration
   std::string out;
+  std::string format;  ///< --format: "csv" (run directory) or "sqlite"; empty: from --out
   bool quiet = false;
   std::string summary_json;
+  /// --report [FILE]: write the HTML report at the end (empty file: RUN_DIR/report.html).
+  bool report = false;
+  std::string report_file;
+  std::vector<std::string> charts;  ///< --charts FILE (chart configuration, repeatable)
 };
 
 /// Exit statuses of sonde itself (a `run` otherwise exits with its command's status).
@@ -63,11 +70,31 @@ struct ServeOptions {
 int cmd_serve(const CommonOptions& common, const ServeOptions& serve);
 
 int cmd_collectors(const CommonOptions& common, bool timing);
+
+/// sonde runs list|show|export (src/cli/cmd_runs.cpp).
+struct RunsOptions {
+  enum class Action { list, show, exp } action = Action::list;
+  std::string db;  ///< empty: <out_dir>/runs.sqlite
+  std::optional<std::int64_t> id;
+  std::string format = "csv";  ///< export: csv (a run directory) or json
+  std::string out;             ///< export: the directory (csv) or file (json)
+  bool json = false;           ///< list/show: JSON instead of text
+};
+int cmd_runs(const RunsOptions& options);
+/// The database `--format sqlite` writes when no --out is given.
+std::string default_sqlite_path(const std::string& out_dir);
 int cmd_config_show(const CommonOptions& common, bool defaults);
 int cmd_config_check(const std::string& file);
 
 /// `sonde status` (gpustat = false) and `sonde gpustat`; argv[0] is the command's name.
 int cmd_status(int argc, char** argv, bool gpustat);
+/// The shipped charts, then $XDG_CONFIG_HOME/sonde/charts.yaml when present, then `files`.
+Result<std::vector<ChartRule>> load_chart_rules(const std::vector<std::string>& files);
+/// `sonde report`: reads a stored run (read_run) and writes its HTML report to `output`
+/// (empty: RUN/report.html for a run directory, else ./report.html). `chart_files` are merged
+/// over the shipped charts. Exit 2 for malformed input.
+int write_run_report(const std::string& run_spec, const std::string& output,
+                     const std::vector<std::string>& chart_files);
 
 int run_cli(int argc, char** argv);
 

@@ -24,6 +24,7 @@
 #include "core/summary.hpp"
 #include "sinks/csv_run_dir.hpp"
 #include "sinks/json_stream.hpp"
+#include "sinks/sqlite.hpp"
 
 extern char** environ;
 
@@ -124,6 +125,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   // Outputs are created before the command starts: an unwritable --out starts nothing.
   std::unique_ptr<RunDirSink> run_dir;
   std::optional<JsonStreamSink> stream;
+  std::unique_ptr<SqliteSink> sqlite;  // --out FILE.sqlite / --format sqlite, instead of run_dir
   nlohmann::json meta;
   meta["command"] = so.command;
   meta["mode"] = so.mode == Mode::run ? "run" : so.mode == Mode::record ? "record" : "stream";
@@ -131,6 +133,15 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   meta["config_sources"] = cfg->sources;
   if (streaming) {
     stream.emplace(STDOUT_FILENO);
+  } else if (common.format == "sqlite" || (common.format.empty() && is_sqlite_path(common.out))) {
+    meta["target_pid"] = target_pid;
+    auto sink = SqliteSink::create(
+        !common.out.empty() ? common.out : default_sqlite_path(cfg->out_dir), engine, meta);
+    if (!sink) {
+      print_error(sink.error().message);
+      return sink.error().code == Errc::config ? kExitUsage : kExitFailure;
+    }
+    sqlite = std::move(*sink);
   } else {
     const std::string dir =
         !common.out.empty() ? common.out : RunDirSink::default_dir(cfg->out_dir, so.command);
@@ -167,6 +178,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     target_pid = child;
   }
   if (run_dir && so.mode == Mode::run) run_dir->update("target_pid", child);
+  if (sqlite && so.mode == Mode::run) sqlite->update("target_pid", child);
   const int target_fd = target_pid > 0 && !so.system_only ? pidfd_open(target_pid) : -1;
 
   if (stream && !stream->ready(engine)) return kExitOk;
@@ -196,14 +208,18 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
       }
     }
     if (run_dir) run_dir->update("priority", prio);
+    if (sqlite) sqlite->update("priority", prio);
   } else if (run_dir) {
     run_dir->update("priority", {{"raised", false}, {"why_not", "raise_priority: false"}});
   }
+  if (!cfg->raise_priority && sqlite)
+    sqlite->update("priority", {{"raised", false}, {"why_not", "raise_priority: false"}});
 
   auto sample = [&]() {
     const auto& tick = engine.tick();
     stats.add(tick);
     if (run_dir) run_dir->write(tick);
+    if (sqlite) sqlite->write(tick);
     if (stream && !stream->write(engine, tick)) stop = true;
   };
 
@@ -296,6 +312,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     outcome.system_cpu_s = tv_s(usage.ru_stime);
   }
   if (run_dir) outcome.run_dir = run_dir->dir();
+  if (sqlite) outcome.run_dir = sqlite->location();
   const nlohmann::json summary = summary_json(engine, stats, outcome);
   if (run_dir) {
     if (engine.discover_every() > 1)
@@ -304,12 +321,22 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
                                    {"why", "the /proc scan took more than half the interval"}});
     run_dir->finish(outcome, summary, engine.ticks(), missed);
   }
+  if (sqlite) {
+    if (engine.discover_every() > 1)
+      sqlite->update("degraded", {{"since_tick", engine.degraded_since_tick()},
+                                  {"discover_every", engine.discover_every()},
+                                  {"why", "the /proc scan took more than half the interval"}});
+    sqlite->finish(outcome, summary, engine.ticks(), missed);
+  }
   if (!streaming && !common.quiet) std::cerr << summary_text(summary);
   if (!common.summary_json.empty()) {
     std::ofstream f(common.summary_json);
     f << summary.dump(2) << "\n";
     if (!f) print_error("cannot write " + common.summary_json);
   }
+  if (run_dir && common.report) write_run_report(run_dir->dir(), common.report_file, common.charts);
+  if (sqlite && common.report)
+    write_run_report(sqlite->location(), common.report_file, common.charts);
   return outcome.exit_status.value_or(kExitOk);
 }
 

@@ -1,0 +1,179 @@
+// sonde runs list|show|export: the runs stored in a SQLite database (src/sinks/sqlite.hpp).
+#include <unistd.h>
+
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+#include "sinks/sqlite.hpp"
+
+namespace sonde::cli {
+namespace {
+
+std::string local_time(double wallclock) {
+  const auto t = static_cast<std::time_t>(wallclock);
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+std::string duration_text(double s) {
+  if (!(s >= 0)) return "-";
+  if (s < 60) return fmt::format("{:.1f} s", s);
+  if (s < 3600)
+    return fmt::format("{}m{:02d}s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return fmt::format("{}h{:02d}m", static_cast<int>(s) / 3600, static_cast<int>(s) % 3600 / 60);
+}
+
+std::string command_text(const std::vector<std::string>& command) {
+  if (command.empty()) return "(node)";
+  std::string out;
+  for (const auto& a : command) {
+    if (!out.empty()) out += ' ';
+    const bool plain = !a.empty() && a.find_first_of(" \t\n'\"\\$`*?&;|<>()") == std::string::npos;
+    if (plain) {
+      out += a;
+    } else {
+      out += '\'';
+      for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      out += '\'';
+    }
+  }
+  for (char& c : out)
+    if (c == '\n') c = ' ';
+  return out;
+}
+
+int fail(const Error& e) {
+  print_error(e.message);
+  return e.code == Errc::config ? kExitUsage : kExitFailure;
+}
+
+}  // namespace
+
+std::string default_sqlite_path(const std::string& out_dir) {
+  return out_dir + "/runs.sqlite";
+}
+
+int cmd_runs(const RunsOptions& o) {
+  std::string db = o.db;
+  if (db.empty()) {
+    ConfigSearch search;
+    auto cfg = load_config(search);
+    db = default_sqlite_path(cfg ? cfg->out_dir : std::string("sonde-runs"));
+  }
+  // "runs show FILE#ID" is accepted as well as "runs show FILE ID".
+  std::optional<std::int64_t> id = o.id;
+  if (db.find('#') != std::string::npos) {
+    auto loc = parse_sqlite_location(db);
+    if (!loc) return fail(loc.error());
+    db = loc->first;
+    if (loc->second) id = loc->second;
+  }
+  if (id && *id <= 0) return fail(make_error(Errc::config, "run id: expected a positive integer"));
+
+  if (o.action == RunsOptions::Action::list) {
+    auto runs = list_runs_sqlite(db);
+    if (!runs) return fail(runs.error());
+    if (o.json) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& r : *runs) {
+        const double end = r.end_wallclock.value_or(r.last_wallclock.value_or(r.start_wallclock));
+        j.push_back(
+            {{"id", r.id},
+             {"host", r.host},
+             {"command", r.command},
+             {"start_wallclock", r.start_wallclock},
+             {"duration_s", end - r.start_wallclock},
+             {"exit_status", r.exit_status ? nlohmann::json(*r.exit_status) : nlohmann::json()},
+             {"complete", r.complete},
+             {"ticks", r.ticks}});
+      }
+      std::cout << j.dump(2) << "\n";
+      return kExitOk;
+    }
+    if (runs->empty()) {
+      std::cout << db << ": no runs\n";
+      return kExitOk;
+    }
+    std::cout << fmt::format("{:>4}  {:<19}  {:>9}  {:>6}  {:>4}  {:<8}  {}\n", "ID", "START",
+                             "DURATION", "TICKS", "EXIT", "COMPLETE", "COMMAND");
+    for (const auto& r : *runs) {
+      const double end = r.end_wallclock.value_or(r.last_wallclock.value_or(r.start_wallclock));
+      std::cout << fmt::format("{:>4}  {:<19}  {:>9}  {:>6}  {:>4}  {:<8}  {}\n", r.id,
+                               local_time(r.start_wallclock),
+                               duration_text(end - r.start_wallclock), r.ticks,
+                               r.exit_status ? std::to_string(*r.exit_status) : "-",
+                               r.complete ? "yes" : "no", command_text(r.command));
+    }
+    return kExitOk;
+  }
+
+  auto run = read_run_sqlite(db, id);
+  if (!run) return fail(run.error());
+  const std::int64_t run_id = run->manifest.contains("sqlite")
+                                  ? run->manifest["sqlite"].value("run_id", std::int64_t{0})
+                                  : id.value_or(0);
+
+  if (o.action == RunsOptions::Action::show) {
+    nlohmann::json ticks = nlohmann::json::object();
+    for (const auto& t : run->levels) ticks[std::string(level_name(t.level))] = t.rows.size();
+    const nlohmann::json summary =
+        run->manifest.contains("summary") ? run->manifest["summary"] : nlohmann::json();
+    if (o.json) {
+      std::cout << nlohmann::json{{"id", run_id},
+                                  {"source", run->source},
+                                  {"stored_ticks", ticks},
+                                  {"manifest", run->manifest},
+                                  {"summary", summary}}
+                       .dump(2)
+                << "\n";
+      return kExitOk;
+    }
+    std::cout << fmt::format("run {} in {}\n", run_id, db);
+    std::cout << fmt::format("  stored ticks  {}\n", ticks.dump());
+    if (summary.is_object()) {
+      std::cout << summary_text(summary);
+    } else {
+      std::cout << "  (no summary: the run has not finished, or it was killed)\n";
+    }
+    std::cout << "manifest:\n" << run->manifest.dump(2) << "\n";
+    return kExitOk;
+  }
+
+  // export
+  if (o.format == "json") {
+    nlohmann::json levels = nlohmann::json::object();
+    for (const auto& t : run->levels)
+      levels[std::string(level_name(t.level))] = {{"columns", t.columns}, {"rows", t.rows}};
+    const std::string text =
+        nlohmann::json{{"source", run->source}, {"manifest", run->manifest}, {"levels", levels}}
+            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+        "\n";
+    if (o.out.empty() || o.out == "-") {
+      std::cout << text;
+      return kExitOk;
+    }
+    std::ofstream f(o.out);
+    f << text;
+    f.close();
+    if (!f) return fail(make_error(Errc::io, fmt::format("cannot write {}", o.out)));
+    std::cerr << fmt::format("sonde: run {} exported to {}\n", run->source, o.out);
+    return kExitOk;
+  }
+  const std::string dir =
+      !o.out.empty() ? o.out
+                     : fmt::format("{}-{}", std::filesystem::path(db).stem().string(), run_id);
+  if (auto ok = write_run_dir(*run, dir); !ok) return fail(ok.error());
+  std::cerr << fmt::format("sonde: run {} exported to {}\n", run->source, dir);
+  return kExitOk;
+}
+
+}  // namespace sonde::cli
