@@ -184,7 +184,7 @@ Result<std::vector<CellRecord>> read_cell_history(const std::string& path) {
                                                  path, record_line, fields.size()));
     CellRecord r;
     double idx = 0;
-    if (!parse_field(fields[0], idx) || !std::isfinite(idx) ||
+    if (!parse_field(fields[0], idx) || !(std::fabs(idx) < 2e9) ||
         !parse_field(fields[1], r.start_wallclock) || !parse_field(fields[2], r.end_wallclock))
       return make_error(Errc::parse,
                         fmt::format("{}:{}: index, start_wallclock and end_wallclock must be "
