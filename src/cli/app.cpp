@@ -164,7 +164,7 @@ int run_cli(int argc, char** argv) {
   std::string report_run, report_out;
   std::vector<std::string> report_charts;
   auto* report = app.add_subcommand("report", "write the HTML report of a stored run");
-  report->add_option("run", report_run, "run directory")->required();
+  report->add_option("run", report_run, "run directory, or a .zip of one")->required();
   report->add_option("-o,--output", report_out,
                      "HTML file (default: RUN/report.html for a run directory)");
   report
