@@ -439,6 +439,8 @@ Result<RunData> read_run_zip(const std::string& zip) {
     if (en.method == 0) {
       out = b.substr(start, en.csize);
     } else if (en.method == 8) {
+      // Deflate expands at most ~1032:1; a larger claim is a corrupt or hostile archive.
+      if (en.usize / 1032 > en.csize + 1) return bad("corrupt entry " + en.name);
       out.resize(en.usize);
       z_stream z{};
       if (inflateInit2(&z, -15) != Z_OK) return bad("zlib failed");
