@@ -298,6 +298,28 @@
             values: function (u, vals) { return vals.map(fmtAxis); } },
         ],
         hooks: {
+          // Notebook cells (Jupyter sessions): a light band per cell behind the data.
+          drawClear: [function (u) {
+            var cells = data.cells || [];
+            if (!cells.length) return;
+            var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
+            ctx.save();
+            ctx.font = 10 * devicePixelRatio + "px sans-serif";
+            ctx.textAlign = "left";
+            ctx.textBaseline = "bottom";
+            cells.forEach(function (c, i) {
+              var a = Math.max(u.valToPos(c.start, "x", true), u.bbox.left);
+              var b = Math.min(u.valToPos(c.end, "x", true), u.bbox.left + u.bbox.width);
+              if (!(b > a)) return;
+              ctx.fillStyle = i % 2 ? "rgba(217,119,6,0.08)" : "rgba(124,58,237,0.08)";
+              ctx.fillRect(a, top, b - a, h);
+              if (b - a > 18 * devicePixelRatio) {
+                ctx.fillStyle = "#6d28d9";
+                ctx.fillText("[" + c.index + "]", a + 3 * devicePixelRatio, top + h - 2 * devicePixelRatio);
+              }
+            });
+            ctx.restore();
+          }],
           setScale: [function (u, key) {
             if (key !== "x" || syncing) return;
             syncing = true;

@@ -118,7 +118,9 @@ void add_common(CLI::App* app, CommonOptions& o, bool outputs) {
     // A flag that takes a value only as --report=FILE: `--report -- CMD` must not eat CMD.
     app->add_flag("--report{-}", o.report_file,
                   "write the HTML report at the end (--report=FILE; default: RUN_DIR/report.html)");
-    app->add_option("--charts", o.charts, "chart configuration for --report (repeatable)");
+    // One file per --charts (repeatable): a greedy list would swallow `-- CMD`.
+    app->add_option("--charts", o.charts, "chart configuration for --report (repeatable)")
+        ->allow_extra_args(false);
   }
 }
 }  // namespace
@@ -210,12 +212,17 @@ int run_cli(int argc, char** argv) {
   std::string report_run, report_out;
   std::vector<std::string> report_charts;
   auto* report = app.add_subcommand("report", "write the HTML report of a stored run");
-  report->add_option("run", report_run, "run directory, or DB.sqlite[#ID] (sonde runs)")
+  report->add_option("run", report_run, "run directory, a .zip of one, or DB.sqlite[#ID]")
       ->required();
   report->add_option("-o,--output", report_out,
                      "HTML file (default: RUN/report.html for a run directory)");
-  report->add_option("--charts", report_charts,
-                     "chart configuration merged over the shipped charts (repeatable)");
+  report
+      ->add_option("--charts", report_charts,
+                   "chart configuration merged over the shipped charts (repeatable)")
+      ->allow_extra_args(false);
+  bool report_plain = false;
+  report->add_flag("--uncompressed", report_plain,
+                   "embed the data as plain JSON (larger) instead of gzip + base64");
 
   std::string host_file;
   auto* host = app.add_subcommand("plugin-host",
@@ -233,7 +240,7 @@ int run_cli(int argc, char** argv) {
     return kExitUsage;
   }
 
-  if (*report) return write_run_report(report_run, report_out, report_charts);
+  if (*report) return write_run_report(report_run, report_out, report_charts, !report_plain);
   for (auto* sub : {run, record})
     if (*sub && sub->get_option("--report")->count() > 0) common.report = true;
   if (common.report_file == "-") common.report_file.clear();

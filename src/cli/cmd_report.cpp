@@ -35,7 +35,7 @@ Result<std::vector<ChartRule>> load_chart_rules(const std::vector<std::string>& 
 }
 
 int write_run_report(const std::string& run_spec, const std::string& output,
-                     const std::vector<std::string>& chart_files) {
+                     const std::vector<std::string>& chart_files, bool compress) {
   auto rules = load_chart_rules(chart_files);
   if (!rules) {
     print_error(rules.error().message);
@@ -55,6 +55,7 @@ int write_run_report(const std::string& run_spec, const std::string& output,
   }
   ReportOptions options;
   options.charts = std::move(*rules);
+  options.compress = compress;
   if (auto ok = write_report(*run, options, out); !ok) {
     print_error(ok.error().message);
     return kExitFailure;

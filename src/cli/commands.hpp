@@ -92,9 +92,10 @@ int cmd_status(int argc, char** argv, bool gpustat);
 Result<std::vector<ChartRule>> load_chart_rules(const std::vector<std::string>& files);
 /// `sonde report`: reads a stored run (read_run) and writes its HTML report to `output`
 /// (empty: RUN/report.html for a run directory, else ./report.html). `chart_files` are merged
-/// over the shipped charts. Exit 2 for malformed input.
+/// over the shipped charts; `compress`: the data gzip+base64, else plain JSON. Exit 2 for
+/// malformed input.
 int write_run_report(const std::string& run_spec, const std::string& output,
-                     const std::vector<std::string>& chart_files);
+                     const std::vector<std::string>& chart_files, bool compress = true);
 
 int run_cli(int argc, char** argv);
 

@@ -252,3 +252,16 @@ def test_gpu_and_plugin_columns(tmp_path, driver):
     assert "GPU utilisation" in table and "GPU memory" in table
     assert not [u for u in network_requests(driver) if not u.startswith("file:")]
     full_page_screenshot(driver, OUT / "report_gpu.png")
+
+    # The same page with the data as plain JSON draws the same charts.
+    plain = tmp_path / "plain.html"
+    proc = subprocess.run([SONDE, "report", str(run), "-o", str(plain), "--uncompressed"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert 'type="application/json"' in plain.read_text()
+    driver.get(plain.resolve().as_uri())
+    WebDriverWait(driver, 20).until(
+        lambda d: d.execute_script("return !!(window.sondeReport && window.sondeReport.ready)"))
+    again = {c["name"]: c for c in driver.execute_script("return window.sondeReport.charts()")}
+    assert again == charts
+    assert not [l for l in driver.get_log("browser") if l["level"] == "SEVERE"]
