@@ -25,6 +25,11 @@ struct LevelTable {
 };
 
 /// One executed notebook cell (cell_history.csv of a Jupyter session).
+///
+/// cell_history.csv (written by the Jupyter package next to manifest.json) is RFC 4180 CSV with
+/// the header `index,start_wallclock,end_wallclock,code`: the execution count (integer), the
+/// cell's start and end as epoch seconds, and its source code, quoted with `"` (a `"` inside is
+/// doubled; newlines allowed inside the quotes). A truncated last record is skipped.
 struct CellRecord {
   int index = 0;  ///< execution count
   double start_wallclock = 0, end_wallclock = 0;
@@ -43,10 +48,26 @@ struct RunData {
 /// file is an error naming the file and line.
 Result<RunData> read_run_dir(const std::string& dir);
 
+/// Reads a stored run named the way the command line names it: a run directory today
+/// (`FILE.sqlite[#ID]` is dispatched here too once the SQLite reader is wired in).
+Result<RunData> read_run(const std::string& spec);
+
 /// The summary of a stored run, or of the rows whose wallclock lies in `window` (a notebook
 /// cell): per level and per metric group (CPU, memory, GPU utilisation, GPU memory, ...) the
 /// mean/min/max and the limit, plus the bottleneck tags, with the same keys and tag rules as
 /// summary_json (core/summary.hpp) where they overlap.
+///
+/// Keys: the top-level keys of summary_json for its level (process, else system): command,
+/// exit_status, wall_s, level, ticks, num_cpus, cpu_mean_cores, cpu_peak_cores, cpu_seconds,
+/// memory_peak_gib, memory_limit_gib, read_bytes, written_bytes, net_sent_bytes,
+/// net_recv_bytes, tags; plus host, start_wallclock, end_wallclock, window ([from, to] or null)
+/// and `levels`: {level: {ticks, duration_s, num_cpus, groups: {group: {mean, min, max, limit,
+/// unit}}, totals: {read_bytes, written_bytes, read_ops, write_ops, net_sent_bytes,
+/// net_recv_bytes, net_sent_packets, net_recv_packets}}}. Groups: `cpu` (cpu_util_avg, percent
+/// of the level's CPUs, limit 100), `cpu_cores` (the same in cores, limit num_cpus), `memory`
+/// (GiB, limit the level's memory limit), and when gpu_* columns exist `gpu_util`, `gpu_band`
+/// (percent, limit 100), `gpu_mem` (GiB per device on average, limit one device's memory).
+/// A statistic without a measured value is null.
 nlohmann::json summarize_run(const RunData& run,
                              std::optional<std::pair<double, double>> window = std::nullopt);
 

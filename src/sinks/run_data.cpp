@@ -1,0 +1,482 @@
+#include "sinks/run_data.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace sonde {
+
+std::optional<std::size_t> LevelTable::find(const std::string& name) const {
+  for (std::size_t i = 0; i < columns.size(); ++i)
+    if (columns[i] == name) return i;
+  return std::nullopt;
+}
+
+const LevelTable* RunData::find(Level level) const {
+  for (const auto& t : levels)
+    if (t.level == level) return &t;
+  return nullptr;
+}
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+Result<std::string> slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(Errc::io, fmt::format("cannot open {}", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return make_error(Errc::io, fmt::format("cannot read {}", path));
+  return std::move(ss).str();
+}
+
+/// One CSV field of a perf file: a number, empty (NaN), or the text nan/inf.
+bool parse_field(std::string_view f, double& out) {
+  if (f.empty()) {
+    out = kNaN;
+    return true;
+  }
+  const char* b = f.data();
+  const char* e = f.data() + f.size();
+  if (*b == '+') ++b;
+  auto [p, ec] = std::from_chars(b, e, out);
+  if (ec == std::errc::result_out_of_range) return p == e;  // denormals and huge values: keep
+  return ec == std::errc() && p == e;
+}
+
+std::vector<std::string_view> split_commas(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t c = line.find(',', start);
+    if (c == std::string_view::npos) {
+      out.push_back(line.substr(start));
+      return out;
+    }
+    out.push_back(line.substr(start, c - start));
+    start = c + 1;
+  }
+}
+
+Result<LevelTable> read_perf_csv(const std::string& path, Level level) {
+  auto text = slurp(path);
+  if (!text) return text.error();
+  std::string_view s = *text;
+  LevelTable t;
+  t.level = level;
+  std::size_t line_no = 0, pos = 0;
+  while (pos < s.size()) {
+    const std::size_t nl = s.find('\n', pos);
+    ++line_no;
+    if (nl == std::string_view::npos) break;  // truncated last line: the run was killed
+    std::string_view line = s.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line_no == 1) {
+      for (auto f : split_commas(line)) t.columns.emplace_back(f);
+      if (t.columns.size() < 2 || t.columns[0] != "time" || t.columns[1] != "wallclock")
+        return make_error(Errc::parse, fmt::format("{}:1: expected a header starting with "
+                                                   "`time,wallclock`, got `{}`",
+                                                   path, line.substr(0, 80)));
+      continue;
+    }
+    if (line.empty()) continue;
+    // Split in place without allocating per line.
+    std::vector<double> row(t.columns.size());
+    std::size_t col = 0, start = 0;
+    for (;;) {
+      const std::size_t c = line.find(',', start);
+      const std::string_view f =
+          line.substr(start, c == std::string_view::npos ? std::string_view::npos : c - start);
+      if (col >= row.size())
+        return make_error(Errc::parse, fmt::format("{}:{}: more than the {} fields of the header",
+                                                   path, line_no, t.columns.size()));
+      if (!parse_field(f, row[col]))
+        return make_error(
+            Errc::parse, fmt::format("{}:{}: field {} ({}): expected a number or nothing, got `{}`",
+                                     path, line_no, col + 1, t.columns[col], f.substr(0, 40)));
+      ++col;
+      if (c == std::string_view::npos) break;
+      start = c + 1;
+    }
+    if (col != row.size())
+      return make_error(Errc::parse, fmt::format("{}:{}: {} fields, the header has {}", path,
+                                                 line_no, col, t.columns.size()));
+    t.rows.push_back(std::move(row));
+  }
+  if (t.columns.empty())
+    return make_error(Errc::parse, fmt::format("{}:1: no header line (empty file)", path));
+  return t;
+}
+
+/// RFC 4180 records of cell_history.csv. A record cut short by the end of the file is dropped.
+Result<std::vector<CellRecord>> read_cell_history(const std::string& path) {
+  auto text = slurp(path);
+  if (!text) return text.error();
+  const std::string& s = *text;
+  std::vector<CellRecord> cells;
+  std::size_t i = 0, line = 1;
+  bool header = true;
+  while (i < s.size()) {
+    const std::size_t record_line = line;
+    std::vector<std::string> fields(1);
+    bool complete = false;
+    while (i < s.size()) {
+      const char c = s[i];
+      if (c == '"' && fields.back().empty()) {
+        // Quoted field.
+        ++i;
+        bool closed = false;
+        while (i < s.size()) {
+          if (s[i] == '"') {
+            if (i + 1 < s.size() && s[i + 1] == '"') {
+              fields.back() += '"';
+              i += 2;
+              continue;
+            }
+            ++i;
+            closed = true;
+            break;
+          }
+          if (s[i] == '\n') ++line;
+          fields.back() += s[i++];
+        }
+        if (!closed) break;
+        if (i < s.size() && s[i] != ',' && s[i] != '\n' && s[i] != '\r')
+          return make_error(Errc::parse,
+                            fmt::format("{}:{}: expected `,` or the end of the line after a "
+                                        "quoted field",
+                                        path, line));
+        continue;
+      }
+      ++i;
+      if (c == ',') {
+        fields.emplace_back();
+      } else if (c == '\n') {
+        ++line;
+        complete = true;
+        break;
+      } else if (c != '\r') {
+        fields.back() += c;
+      }
+    }
+    if (!complete) break;  // truncated last record
+    if (header) {
+      header = false;
+      const std::vector<std::string> want = {"index", "start_wallclock", "end_wallclock", "code"};
+      if (fields != want)
+        return make_error(Errc::parse, fmt::format("{}:{}: expected the header "
+                                                   "`index,start_wallclock,end_wallclock,code`",
+                                                   path, record_line));
+      continue;
+    }
+    if (fields.size() == 1 && fields[0].empty()) continue;
+    if (fields.size() != 4)
+      return make_error(Errc::parse, fmt::format("{}:{}: expected 4 fields (index, "
+                                                 "start_wallclock, end_wallclock, code), got {}",
+                                                 path, record_line, fields.size()));
+    CellRecord r;
+    double idx = 0;
+    if (!parse_field(fields[0], idx) || !std::isfinite(idx) ||
+        !parse_field(fields[1], r.start_wallclock) || !parse_field(fields[2], r.end_wallclock))
+      return make_error(Errc::parse,
+                        fmt::format("{}:{}: index, start_wallclock and end_wallclock must be "
+                                    "numbers",
+                                    path, record_line));
+    r.index = static_cast<int>(idx);
+    r.code = std::move(fields[3]);
+    cells.push_back(std::move(r));
+  }
+  return cells;
+}
+
+// ---- summary ------------------------------------------------------------------------------------
+
+struct Stat {
+  std::uint64_t count = 0;
+  double sum = 0, min = 0, max = 0, integral = 0;
+  void add(double v, double dt) {
+    if (!std::isfinite(v)) return;
+    if (count == 0) min = max = v;
+    min = std::min(min, v);
+    max = std::max(max, v);
+    sum += v;
+    ++count;
+    if (std::isfinite(dt)) integral += v * dt;
+  }
+  std::optional<double> mean() const {
+    return count ? std::optional<double>(sum / static_cast<double>(count)) : std::nullopt;
+  }
+};
+
+nlohmann::json num_or_null(std::optional<double> v) {
+  return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json();
+}
+
+double json_number(const nlohmann::json& j, const char* key, double fallback) {
+  if (j.is_object() && j.contains(key) && j[key].is_number()) return j[key].get<double>();
+  return fallback;
+}
+
+/// Row range [first, last) of the table inside the wallclock window.
+std::pair<std::size_t, std::size_t> window_rows(const LevelTable& t,
+                                                std::optional<std::pair<double, double>> w) {
+  if (!w) return {0, t.rows.size()};
+  std::size_t first = t.rows.size(), last = 0;
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    const double wc = t.rows[i][1];
+    if (wc >= w->first && wc <= w->second) {
+      first = std::min(first, i);
+      last = i + 1;
+    }
+  }
+  if (first >= last) return {0, 0};
+  return {first, last};
+}
+
+/// Statistics of one column over rows [first, last), each value weighted by the time since the
+/// previous row (the first row of the run by the interval).
+Stat column_stat(const LevelTable& t, std::size_t col, std::size_t first, std::size_t last,
+                 double interval) {
+  Stat s;
+  for (std::size_t i = first; i < last; ++i) {
+    const double dt = i == 0 ? interval : t.rows[i][0] - t.rows[i - 1][0];
+    s.add(t.rows[i][col], dt);
+  }
+  return s;
+}
+
+/// Mean over devices per row of `prefix<N>` columns, for runs without a `prefix avg` column.
+std::optional<Stat> device_mean_stat(const LevelTable& t, const std::string& prefix,
+                                     std::size_t first, std::size_t last, double interval) {
+  if (auto c = t.find(prefix + "avg")) return column_stat(t, *c, first, last, interval);
+  std::vector<std::size_t> cols;
+  for (int d = 0;; ++d) {
+    auto c = t.find(prefix + std::to_string(d));
+    if (!c) break;
+    cols.push_back(*c);
+  }
+  if (cols.empty()) return std::nullopt;
+  Stat s;
+  for (std::size_t i = first; i < last; ++i) {
+    double sum = 0;
+    int n = 0;
+    for (auto c : cols)
+      if (std::isfinite(t.rows[i][c])) sum += t.rows[i][c], ++n;
+    const double dt = i == 0 ? interval : t.rows[i][0] - t.rows[i - 1][0];
+    s.add(n ? sum / n : kNaN, dt);
+  }
+  return s;
+}
+
+nlohmann::json group_json(const Stat& s, double scale, std::optional<double> limit,
+                          const char* unit) {
+  nlohmann::json g;
+  g["mean"] = num_or_null(s.mean() ? std::optional<double>(*s.mean() * scale) : std::nullopt);
+  g["min"] = s.count ? num_or_null(s.min * scale) : nlohmann::json();
+  g["max"] = s.count ? num_or_null(s.max * scale) : nlohmann::json();
+  g["limit"] = num_or_null(limit);
+  g["unit"] = unit;
+  return g;
+}
+}  // namespace
+
+Result<RunData> read_run_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return make_error(Errc::io, fmt::format("{}: not a run directory (no such directory)", dir));
+  auto text = slurp(manifest_path);
+  if (!text)
+    return make_error(Errc::io,
+                      fmt::format("{}: not a run directory (cannot read manifest.json)", dir));
+  RunData run;
+  run.source = dir;
+  try {
+    run.manifest = nlohmann::json::parse(*text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte is the offset of the error; turn it into a line number.
+    const std::size_t upto = std::min<std::size_t>(e.byte, text->size());
+    const auto line = 1 + std::count(text->begin(), text->begin() + static_cast<long>(upto), '\n');
+    return make_error(Errc::parse,
+                      fmt::format("{}:{}: malformed JSON: {}", manifest_path, line, e.what()));
+  }
+  const auto& m = run.manifest;
+  if (!m.is_object() || !m.contains("levels") || !m["levels"].is_array())
+    return make_error(Errc::parse,
+                      fmt::format("{}:1: expected an object with a `levels` list", manifest_path));
+  for (const auto& name : m["levels"]) {
+    if (!name.is_string() || !parse_level(name.get<std::string>()))
+      return make_error(Errc::parse, fmt::format("{}: unknown level {} in `levels` (expected "
+                                                 "process, user, slurm or system)",
+                                                 manifest_path, name.dump()));
+    const std::string lname = name.get<std::string>();
+    std::string file = "perf_" + lname + ".csv";
+    if (m.contains("files") && m["files"].is_object() && m["files"].contains(lname) &&
+        m["files"][lname].is_string())
+      file = m["files"][lname].get<std::string>();
+    auto table = read_perf_csv((fs::path(dir) / file).string(), *parse_level(lname));
+    if (!table) return table.error();
+    run.levels.push_back(std::move(*table));
+  }
+  const std::string cells_path = (fs::path(dir) / "cell_history.csv").string();
+  if (fs::exists(cells_path, ec)) {
+    auto cells = read_cell_history(cells_path);
+    if (!cells) return cells.error();
+    run.cells = std::move(*cells);
+  }
+  return run;
+}
+
+Result<RunData> read_run(const std::string& spec) {
+  // The SQLite source (`FILE.sqlite[#ID]`) joins here when its reader is wired in.
+  return read_run_dir(spec);
+}
+
+nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double, double>> window) {
+  const nlohmann::json& m = run.manifest;
+  const nlohmann::json node =
+      m.contains("node_info") && m["node_info"].is_object() ? m["node_info"] : nlohmann::json();
+  const double interval = json_number(m, "interval", kNaN);
+  const nlohmann::json stored =
+      m.contains("summary") && m["summary"].is_object() ? m["summary"] : nlohmann::json();
+
+  nlohmann::json j;
+  j["command"] = m.contains("command") ? m["command"] : nlohmann::json::array();
+  j["exit_status"] = m.contains("exit_status") ? m["exit_status"] : nlohmann::json();
+  j["host"] = m.value("host", std::string());
+  j["run_dir"] = run.source;
+  j["start_wallclock"] = m.contains("start_wallclock") ? m["start_wallclock"] : nlohmann::json();
+  j["end_wallclock"] = m.contains("end_wallclock") ? m["end_wallclock"] : nlohmann::json();
+  j["window"] = window ? nlohmann::json::array({window->first, window->second}) : nlohmann::json();
+  if (m.contains("summary") && stored.contains("user_cpu_s") && !window) {
+    j["user_cpu_s"] = stored["user_cpu_s"];
+    j["system_cpu_s"] = stored.value("system_cpu_s", nlohmann::json());
+  } else {
+    j["user_cpu_s"] = nullptr;
+    j["system_cpu_s"] = nullptr;
+  }
+
+  nlohmann::json levels = nlohmann::json::object();
+  for (const LevelTable& t : run.levels) {
+    const auto [first, last] = window_rows(t, window);
+    const std::string lname(level_name(t.level));
+    const double cpus = t.level == Level::system ? json_number(node, "num_system_cpus", kNaN)
+                                                 : json_number(node, "num_cpus", kNaN);
+    double limit_bytes = kNaN;
+    if (node.contains("memory_limits") && node["memory_limits"].is_object())
+      limit_bytes = json_number(node["memory_limits"], lname.c_str(), kNaN);
+    nlohmann::json L;
+    L["ticks"] = last - first;
+    L["duration_s"] = last > first ? nlohmann::json(t.rows[last - 1][1] - t.rows[first][1] +
+                                                    (std::isfinite(interval) ? interval : 0))
+                                   : nlohmann::json(0.0);
+    L["num_cpus"] = num_or_null(cpus);
+    nlohmann::json groups = nlohmann::json::object();
+    if (auto c = t.find("cpu_util_avg")) {
+      const Stat s = column_stat(t, *c, first, last, interval);
+      groups["cpu"] = group_json(s, 1, 100.0, "%");
+      groups["cpu_cores"] = group_json(s, cpus / 100, cpus, "cores");
+      L["cpu_seconds"] = s.count ? num_or_null(s.integral / 100 * cpus) : nlohmann::json();
+    }
+    if (auto c = t.find("memory")) {
+      const Stat s = column_stat(t, *c, first, last, interval);
+      groups["memory"] = group_json(
+          s, 1, limit_bytes > 0 ? std::optional<double>(limit_bytes / kGiB) : std::nullopt, "GiB");
+    }
+    if (auto s = device_mean_stat(t, "gpu_util_", first, last, interval))
+      groups["gpu_util"] = group_json(*s, 1, 100.0, "%");
+    if (auto s = device_mean_stat(t, "gpu_band_", first, last, interval))
+      groups["gpu_band"] = group_json(*s, 1, 100.0, "%");
+    if (auto s = device_mean_stat(t, "gpu_mem_", first, last, interval)) {
+      const double gpu_gib = json_number(node, "gpu_memory_gib", kNaN);
+      groups["gpu_mem"] =
+          group_json(*s, 1, gpu_gib > 0 ? std::optional<double>(gpu_gib) : std::nullopt, "GiB");
+    }
+    L["groups"] = groups;
+    nlohmann::json totals = nlohmann::json::object();
+    const std::pair<const char*, const char*> total_cols[] = {
+        {"read_bytes", "io_read"},
+        {"written_bytes", "io_write"},
+        {"read_ops", "io_read_count"},
+        {"write_ops", "io_write_count"},
+        {"net_sent_bytes", "net_bytes_sent"},
+        {"net_recv_bytes", "net_bytes_recv"},
+        {"net_sent_packets", "net_packets_sent"},
+        {"net_recv_packets", "net_packets_recv"}};
+    for (const auto& [key, col] : total_cols)
+      if (auto c = t.find(col)) totals[key] = column_stat(t, *c, first, last, interval).integral;
+    L["totals"] = totals;
+    levels[lname] = L;
+  }
+  j["levels"] = levels;
+
+  // The top-level figures: the program's level (process), else the node, as summary_json.
+  const LevelTable* main =
+      run.find(Level::process) ? run.find(Level::process) : run.find(Level::system);
+  if (!main && !run.levels.empty()) main = &run.levels.front();
+  const std::string mname = main ? std::string(level_name(main->level)) : std::string("system");
+  const nlohmann::json ML = levels.contains(mname) ? levels[mname] : nlohmann::json::object();
+  auto group = [&](const char* g, const char* stat) -> nlohmann::json {
+    if (ML.contains("groups") && ML["groups"].contains(g)) return ML["groups"][g][stat];
+    return nullptr;
+  };
+  auto total = [&](const nlohmann::json& L, const char* key) -> nlohmann::json {
+    if (L.contains("totals") && L["totals"].contains(key)) return L["totals"][key];
+    return nullptr;
+  };
+  j["level"] = mname;
+  j["ticks"] = ML.value("ticks", 0);
+  j["num_cpus"] = ML.contains("num_cpus") ? ML["num_cpus"] : nlohmann::json();
+  double wall = kNaN;
+  if (window) {
+    wall = window->second - window->first;
+  } else if (stored.contains("wall_s") && stored["wall_s"].is_number()) {
+    wall = stored["wall_s"].get<double>();
+  } else if (m.contains("end_wallclock") && m["end_wallclock"].is_number() &&
+             m.contains("start_wallclock") && m["start_wallclock"].is_number()) {
+    wall = m["end_wallclock"].get<double>() - m["start_wallclock"].get<double>();
+  } else if (main && !main->rows.empty()) {
+    wall = main->rows.back()[1] - main->rows.front()[1];
+  }
+  j["wall_s"] = num_or_null(wall);
+  j["cpu_mean_cores"] = group("cpu_cores", "mean");
+  j["cpu_peak_cores"] = group("cpu_cores", "max");
+  j["cpu_seconds"] = ML.contains("cpu_seconds") ? ML["cpu_seconds"] : nlohmann::json();
+  j["memory_peak_gib"] = group("memory", "max");
+  j["memory_limit_gib"] = group("memory", "limit");
+  j["read_bytes"] = total(ML, "read_bytes");
+  j["written_bytes"] = total(ML, "written_bytes");
+  const nlohmann::json SL = levels.contains("system") ? levels["system"] : nlohmann::json::object();
+  j["net_sent_bytes"] = total(SL, "net_sent_bytes");
+  j["net_recv_bytes"] = total(SL, "net_recv_bytes");
+
+  // Tags: the rules of summary_json (core/summary.cpp), plus GPU ones.
+  std::vector<std::string> tags;
+  const auto cpu_mean = group("cpu", "mean");
+  if (cpu_mean.is_number() && cpu_mean.get<double>() >= 70) tags.push_back("cpu-bound");
+  const auto mem_max = group("memory", "max");
+  const auto mem_limit = group("memory", "limit");
+  if (mem_max.is_number() && mem_limit.is_number() && mem_limit.get<double>() > 0 &&
+      mem_max.get<double>() >= 0.8 * mem_limit.get<double>())
+    tags.push_back("memory-bound");
+  const auto gpu_mean = group("gpu_util", "mean");
+  if (gpu_mean.is_number() && gpu_mean.get<double>() >= 70) tags.push_back("gpu-bound");
+  const auto gmem_max = group("gpu_mem", "max");
+  const auto gmem_limit = group("gpu_mem", "limit");
+  if (gmem_max.is_number() && gmem_limit.is_number() && gmem_limit.get<double>() > 0 &&
+      gmem_max.get<double>() >= 0.8 * gmem_limit.get<double>())
+    tags.push_back("gpu-memory-bound");
+  j["tags"] = tags;
+  return j;
+}
+
+}  // namespace sonde
