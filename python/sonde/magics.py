@@ -13,7 +13,6 @@ prints one line `sonde: error: ...` on stderr; no traceback.
 
 import argparse
 import functools
-import os
 import shlex
 import sys
 import time
@@ -78,7 +77,10 @@ HELP = """sonde magics (JUmPER's names; data from sonde's C++ engine)
   %show_cell_history  (also %cell_history)           the executed cells with their times
   %export_session [DIR|FILE.zip]                     a run directory `sonde report` reads
   %import_session PATH                               reports and plots of an exported session
+  %perfmonitor_fast_setup                            start (1 s) and a report after every cell
   %perfmonitor_help
+JUmPER's --monitor/--check-sanity (start) and --pickle (plot) are accepted; sonde always samples
+with its C++ engine.
 Cell ranges R: 5, 2:8, :5, 3:, -3: (execution counts, inclusive; negative: from the last cell).
 Levels: process, user, slurm (inside a Slurm job), system. Metrics: cpu_summary, memory,
 gpu_util_summary, gpu_band_summary, gpu_mem_summary, or any column (plugin columns too)."""
@@ -139,29 +141,25 @@ class SondeMagics(Magics):
             return None
         return (min(c.start_wallclock for c in cells), max(c.end_wallclock for c in cells))
 
-    def summary(self, cells, level):
-        """The report table of `cells` (all data when empty) at `level`."""
+    def summary(self, cells):
+        """summarize_run's JSON for `cells` (everything when empty): every level."""
         data = self._need_data()
         window = self._window(cells)
-        summary = None
         try:
-            native = data.summarize_native(window, cells if cells else self.history.cells)
-            summary = reporting.from_native(native, level, window)
-        except TypeError:
-            summary = None  # the extension was built without summarize_run
-        if summary is None:
-            summary = reporting.summarize_py(data.frame(level), data.manifest(), level, window)
-        return summary
+            return data.summarize_native(window, self.history.cells)
+        except TypeError:  # the extension was built without summarize_run
+            return reporting.summarize_py({lvl: data.frame(lvl) for lvl in data.levels},
+                                          data.manifest(), window)
 
     def _show_report(self, cells, level, text):
         from IPython.display import HTML, display
 
-        summary = self.summary(cells, level)
+        summary = self.summary(cells)
         title = reporting.title_of(cells, level)
         if text:
-            print(reporting.render_text(summary, title))
+            print(reporting.render_text(summary, level, title))
         else:
-            display(HTML(reporting.render_html(summary, title)))
+            display(HTML(reporting.render_html(summary, level, title)))
         return summary
 
     # Magics ---------------------------------------------------------------------------------
@@ -177,6 +175,11 @@ class SondeMagics(Magics):
         p.add_argument("interval", nargs="?", type=float, default=None)
         p.add_argument("--levels", default=None)
         p.add_argument("--config", default=None)
+        # JUmPER's backend choice and sanity check: sonde always uses its C++ engine.
+        p.add_argument("--monitor", default=None, choices=["default", "native_c",
+                                                          "subprocess_python", "thread",
+                                                          "slurm_multinode"])
+        p.add_argument("--check-sanity", dest="check_sanity", action="store_true")
         args = _parse(p, line)
         if self.monitor is not None and self.monitor.running:
             raise UsageError("the monitor is already running (stop it with %perfmonitor_stop)")
@@ -196,6 +199,15 @@ class SondeMagics(Magics):
             print(f"sonde: warning: {w}", file=sys.stderr)
         print(f"sonde: monitoring pid {self.monitor.pid} every {self.monitor.interval:g} s at "
               f"levels {', '.join(self.monitor.levels)}")
+
+    @line_magic
+    @_magic
+    def perfmonitor_fast_setup(self, line=""):
+        """JUmPER's fast set-up: start at 1 s and a report after every cell (process level)."""
+        _parse(_parser("perfmonitor_fast_setup"), line)
+        if self.monitor is None or not self.monitor.running:
+            self.perfmonitor_start.__wrapped__(self, "")
+        self.perfmonitor_enable_perfreports.__wrapped__(self, "--level process")
 
     @line_magic
     @_magic
@@ -277,7 +289,16 @@ class SondeMagics(Magics):
         p.add_argument("--cell", default=None)
         _level_arg(p)
         p.add_argument("--save-jpeg", dest="save_jpeg", default=None)
+        p.add_argument("--pickle", dest="pickle_file", default=None)
+        p.add_argument("--backend", default=None, choices=["matplotlib", "plotly"])
+        p.add_argument("--live", nargs="*", type=float, default=None)
         args = _parse(p, line)
+        if args.backend == "plotly":
+            raise UsageError("%perfmonitor_plot: --backend plotly is not supported by sonde "
+                             "(matplotlib only)")
+        if args.live is not None:
+            raise UsageError("%perfmonitor_plot: --live is not supported by sonde; plot again "
+                             "to see new samples")
         level = self._level(args.level)
         cells = self._cells(args.cell)
         frame = self.data.frame(level)
@@ -288,6 +309,14 @@ class SondeMagics(Magics):
         if args.save_jpeg:
             plotting.save_jpeg(fig, args.save_jpeg)
             print(f"sonde: plot saved to {args.save_jpeg}")
+        if args.pickle_file:
+            import pickle
+
+            with open(args.pickle_file, "wb") as f:
+                pickle.dump({"level": level, "metrics": metrics, "frame": frame,
+                             "cells": self.history.dataframe()}, f)
+            print(f"sonde: plot data saved to {args.pickle_file} (a dict: level, metrics, "
+                  "frame, cells; load it with pickle.load)")
         from IPython.display import Image, display
 
         display(Image(data=plotting.figure_png(fig), format="png"))

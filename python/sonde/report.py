@@ -1,10 +1,11 @@
-"""Per-cell and per-session reports: one table (metric, mean, min, max, limit) and bottleneck tags,
-as text or HTML.
+"""Per-cell and per-session reports: the summary table of `sonde report` (metric groups with mean,
+min, max and limit, then totals) for one level, and its bottleneck tags, as text or HTML.
 
 The figures come from sonde's C++ summarize_run (src/sinks/run_data.cpp, the code behind
-`sonde report`) through the extension when the build has it; otherwise from `summarize_py`
-below, which applies the same rules (cpu-bound: mean CPU >= 70 % of the CPUs available at the
-level; memory-bound: peak memory >= 80 % of the level's limit; GPU tags at 80 %).
+`sonde report`) through the extension; `summarize_py` below is the same computation in Python
+for a build without it (cpu-bound: mean CPU >= 70 % of the CPUs available at the level;
+memory-bound: peak memory >= 80 % of the level's limit; gpu-bound: mean GPU utilisation >= 70 %;
+gpu-memory-bound: peak GPU memory >= 80 % of one device's).
 """
 
 import html
@@ -12,128 +13,166 @@ import math
 
 GIB = 1024.0 ** 3
 
-# (group label, column, unit, how to get the limit)
-_METRICS = [
-    ("CPU", "cpu_util_avg", "%", "cpu"),
-    ("Memory", "memory", "GiB", "memory"),
-    ("GPU util", "gpu_util_avg", "%", "percent"),
-    ("GPU memory bandwidth", "gpu_band_avg", "%", "percent"),
-    ("GPU memory", "gpu_mem_avg", "GiB", "gpu_memory"),
-    ("I/O read", "io_read", "MiB/s", None),
-    ("I/O write", "io_write", "MiB/s", None),
-    ("I/O read ops", "io_read_count", "ops/s", None),
-    ("I/O write ops", "io_write_count", "ops/s", None),
-    ("Network sent", "net_bytes_sent", "MiB/s", None),
-    ("Network received", "net_bytes_recv", "MiB/s", None),
-]
-_SCALE = {"io_read": 1 / 2 ** 20, "io_write": 1 / 2 ** 20, "net_bytes_sent": 1 / 2 ** 20,
-          "net_bytes_recv": 1 / 2 ** 20}
+# The summary table of `sonde report` (web/report.js): group key, label, unit.
+GROUPS = [("cpu", "CPU utilisation", "%"), ("cpu_cores", "CPU", "cores"),
+          ("memory", "Memory", "GiB"), ("gpu_util", "GPU utilisation", "%"),
+          ("gpu_band", "GPU memory bandwidth", "%"), ("gpu_mem", "GPU memory", "GiB")]
+TOTALS = [("read_bytes", "io_read"), ("written_bytes", "io_write"), ("read_ops", "io_read_count"),
+          ("write_ops", "io_write_count"), ("net_sent_bytes", "net_bytes_sent"),
+          ("net_recv_bytes", "net_bytes_recv"), ("net_sent_packets", "net_packets_sent"),
+          ("net_recv_packets", "net_packets_recv")]
 
 
-def _finite(values):
-    return [v for v in values if v is not None and math.isfinite(v)]
+def _num(v):
+    return v if v is not None and isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
-def summarize_py(frame, manifest, level, window=None):
-    """The summary of one level's rows (a DataFrame), or of those with wallclock in window."""
-    node = manifest.get("node_info", {}) or {}
-    df = frame
-    if window is not None:
-        lo, hi = window
-        df = df[(df["wallclock"] >= lo) & (df["wallclock"] <= hi)]
-    n = len(df)
-    cpus = float(node.get("num_system_cpus" if level == "system" else "num_cpus", 0) or 0)
-    limits = node.get("memory_limits", {}) or {}
-    mem_limit = float(limits.get(level, 0) or 0) / GIB
-    gpu_mem = float(node.get("gpu_memory_gib", 0) or 0)
-    metrics = []
+def _stat(values, dts):
+    vals = [(v, dt) for v, dt in zip(values, dts) if v is not None and math.isfinite(v)]
+    if not vals:
+        return {"count": 0, "mean": None, "min": None, "max": None, "integral": 0.0}
+    xs = [v for v, _ in vals]
+    return {"count": len(xs), "mean": sum(xs) / len(xs), "min": min(xs), "max": max(xs),
+            "integral": sum(v * dt for v, dt in vals if math.isfinite(dt))}
+
+
+def _group(st, scale, limit, unit):
+    def sc(v):
+        return _num(v * scale) if v is not None else None
+    return {"mean": sc(st["mean"]), "min": sc(st["min"]), "max": sc(st["max"]),
+            "limit": _num(limit), "unit": unit}
+
+
+def summarize_py(frames, manifest, window=None):
+    """summarize_run (src/sinks/run_data.cpp) in Python, same keys and rules, for builds of the
+    extension without it. `frames`: {level: DataFrame with time, wallclock, columns}."""
+    node = manifest.get("node_info") or {}
+    interval = float(manifest.get("interval") or float("nan"))
+    levels = {}
+    for level, df in frames.items():
+        times = df["time"].tolist()
+        dts = [interval if i == 0 else times[i] - times[i - 1] for i in range(len(times))]
+        wc = df["wallclock"].tolist()
+        idx = [i for i, w in enumerate(wc) if window is None or window[0] <= w <= window[1]]
+        first, last = (idx[0], idx[-1] + 1) if idx else (0, 0)
+        rows = range(first, last)
+        cpus = float(node.get("num_system_cpus" if level == "system" else "num_cpus") or "nan")
+        limit_bytes = float((node.get("memory_limits") or {}).get(level) or "nan")
+
+        def col(name):
+            vals = df[name].tolist()
+            return _stat([vals[i] for i in rows], [dts[i] for i in rows])
+
+        L = {"ticks": last - first,
+             "duration_s": (wc[last - 1] - wc[first] + (interval if math.isfinite(interval)
+                                                        else 0)) if last > first else 0.0,
+             "num_cpus": _num(cpus)}
+        groups = {}
+        if "cpu_util_avg" in df.columns:
+            st = col("cpu_util_avg")
+            groups["cpu"] = _group(st, 1, 100.0, "%")
+            groups["cpu_cores"] = _group(st, cpus / 100, cpus, "cores")
+            L["cpu_seconds"] = _num(st["integral"] / 100 * cpus) if st["count"] else None
+        if "memory" in df.columns:
+            groups["memory"] = _group(col("memory"), 1,
+                                      limit_bytes / GIB if limit_bytes > 0 else None, "GiB")
+        for key in ("gpu_util", "gpu_band", "gpu_mem"):
+            if f"{key}_avg" in df.columns:
+                limit = 100.0
+                if key == "gpu_mem":
+                    g = float(node.get("gpu_memory_gib") or 0)
+                    limit = g if g > 0 else None
+                groups[key] = _group(col(f"{key}_avg"), 1, limit, "GiB" if key == "gpu_mem"
+                                     else "%")
+        L["groups"] = groups
+        L["totals"] = {k: col(c)["integral"] for k, c in TOTALS if c in df.columns}
+        levels[level] = L
+    main = "process" if "process" in levels else "system" if "system" in levels else \
+        next(iter(levels), "system")
+    out = {"levels": levels, "level": main, "window": list(window) if window else None,
+           "engine": "python"}
+    out["tags"] = level_tags(out, main)
+    return out
+
+
+def level_tags(summary, level):
+    """The bottleneck tags of a level: summarize_run's for its main level, the same rules
+    (core/summary.cpp, run_data.cpp) applied to the level's groups otherwise."""
+    if level == summary.get("level") and "tags" in summary:
+        return list(summary["tags"])
+    groups = ((summary.get("levels") or {}).get(level) or {}).get("groups") or {}
+
+    def g(name, stat):
+        return _num((groups.get(name) or {}).get(stat))
+
     tags = []
-    for label, col, unit, limit_kind in _METRICS:
-        if col not in df.columns:
-            continue
-        vals = _finite(df[col].tolist())
-        if not vals:
-            if col in ("cpu_util_avg", "memory"):
-                metrics.append({"name": label, "column": col, "unit": unit, "mean": None,
-                                "min": None, "max": None, "limit": None})
-            continue
-        scale = _SCALE.get(col, 1.0)
-        mean = sum(vals) / len(vals) * scale
-        lo, hi = min(vals) * scale, max(vals) * scale
-        limit = None
-        if limit_kind == "cpu":
-            limit = 100.0
-        elif limit_kind == "memory":
-            limit = mem_limit or None
-        elif limit_kind == "percent":
-            limit = 100.0
-        elif limit_kind == "gpu_memory":
-            limit = gpu_mem or None
-        m = {"name": label, "column": col, "unit": unit, "mean": mean, "min": lo, "max": hi,
-             "limit": limit}
-        if col == "cpu_util_avg" and cpus:
-            m["mean_cores"] = mean / 100 * cpus
-            m["max_cores"] = hi / 100 * cpus
-            m["cpus"] = cpus
-        metrics.append(m)
-        if col == "cpu_util_avg" and mean >= 70:
-            tags.append("cpu-bound")
-        if col == "memory" and mem_limit > 0 and hi >= 0.8 * mem_limit:
-            tags.append("memory-bound")
-        if col == "gpu_util_avg" and mean >= 80:
-            tags.append("gpu-bound")
-        if col == "gpu_mem_avg" and gpu_mem > 0 and hi >= 0.8 * gpu_mem:
-            tags.append("gpu-memory-bound")
-    duration = None
-    if n:
-        duration = float(df["wallclock"].iloc[-1] - df["wallclock"].iloc[0])
-    if window is not None:
-        duration = window[1] - window[0]
-    return {"level": level, "rows": n, "duration_s": duration, "metrics": metrics, "tags": tags,
-            "engine": "python"}
+    if g("cpu", "mean") is not None and g("cpu", "mean") >= 70:
+        tags.append("cpu-bound")
+    if g("memory", "max") is not None and g("memory", "limit") and \
+            g("memory", "max") >= 0.8 * g("memory", "limit"):
+        tags.append("memory-bound")
+    if g("gpu_util", "mean") is not None and g("gpu_util", "mean") >= 70:
+        tags.append("gpu-bound")
+    if g("gpu_mem", "max") is not None and g("gpu_mem", "limit") and \
+            g("gpu_mem", "max") >= 0.8 * g("gpu_mem", "limit"):
+        tags.append("gpu-memory-bound")
+    return tags
 
 
-def from_native(summary, level, window=None):
-    """Converts summarize_run's JSON for one level into the table this module renders; None when
-    it has no entry for the level."""
-    if not isinstance(summary, dict):
-        return None
-    levels = summary.get("levels")
-    entry = None
-    if isinstance(levels, dict):
-        entry = levels.get(level)
-    elif isinstance(levels, list):
-        for e in levels:
-            if isinstance(e, dict) and e.get("level") == level:
-                entry = e
-    if entry is None:
-        return None
-    metrics = []
-    groups = entry.get("metrics") or entry.get("groups") or []
-    if isinstance(groups, dict):
-        groups = [dict(v, name=k) for k, v in groups.items()]
-    for g in groups:
-        metrics.append({"name": g.get("name") or g.get("label") or g.get("group", "?"),
-                        "column": g.get("column", ""), "unit": g.get("unit", ""),
-                        "mean": g.get("mean"), "min": g.get("min"), "max": g.get("max"),
-                        "limit": g.get("limit")})
-    tags = entry.get("tags", summary.get("tags", []))
-    rows = entry.get("rows", entry.get("ticks", 0))
-    duration = entry.get("duration_s", summary.get("duration_s"))
-    if window is not None:
-        duration = window[1] - window[0]
-    return {"level": level, "rows": rows, "duration_s": duration, "metrics": metrics,
-            "tags": list(tags), "engine": "sonde"}
+def table(summary, level):
+    """The rows of the report table for a level: (key, label, unit, mean, min, max, limit)."""
+    L = (summary.get("levels") or {}).get(level)
+    if L is None:
+        return []
+    out = []
+    for key, label, unit in GROUPS:
+        gr = (L.get("groups") or {}).get(key)
+        if gr is None:
+            continue
+        out.append({"key": key, "label": label, "unit": gr.get("unit", unit),
+                    "mean": _num(gr.get("mean")), "min": _num(gr.get("min")),
+                    "max": _num(gr.get("max")), "limit": _num(gr.get("limit"))})
+    return out
+
+
+def metric(summary, level, key, stat="mean"):
+    for row in table(summary, level):
+        if row["key"] == key:
+            return row[stat]
+    return None
 
 
 def _fmt(v, unit=""):
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+    if v is None:
         return "-"
-    if unit in ("GiB",):
+    if unit == "GiB":
         return f"{v:.3f}"
     if abs(v) >= 100:
         return f"{v:.0f}"
     return f"{v:.2f}"
+
+
+def _bytes(v):
+    if v is None:
+        return "-"
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    u = 0
+    while abs(v) >= 1024 and u < 4:
+        v /= 1024
+        u += 1
+    return f"{v:.0f} B" if u == 0 else f"{v:.1f} {units[u]}"
+
+
+def _totals_line(L):
+    T = L.get("totals") or {}
+    parts = [f"read {_bytes(_num(T.get('read_bytes')))}",
+             f"written {_bytes(_num(T.get('written_bytes')))}"]
+    if "net_sent_bytes" in T:
+        parts.append(f"sent {_bytes(_num(T.get('net_sent_bytes')))}")
+        parts.append(f"received {_bytes(_num(T.get('net_recv_bytes')))}")
+    cs = _num(L.get("cpu_seconds"))
+    parts.append(f"CPU time {cs:.2f} s" if cs is not None else "CPU time -")
+    return ", ".join(parts)
 
 
 def title_of(cells, level):
@@ -144,52 +183,48 @@ def title_of(cells, level):
     return f"sonde report: cells [{cells[0].index}]..[{cells[-1].index}], {level} level"
 
 
-def render_text(summary, title):
-    lines = [title]
-    dur = summary.get("duration_s")
-    lines.append(f"duration {dur:.2f} s, {summary['rows']} samples" if dur is not None
-                 else f"{summary['rows']} samples")
-    if summary["rows"] == 0:
-        lines.append("no samples in this range (shorter than the interval, or the monitor was "
-                     "not running)")
-    header = f"{'metric':<22}{'unit':<8}{'mean':>10}{'min':>10}{'max':>10}{'limit':>10}"
-    lines.append(header)
-    lines.append("-" * len(header))
-    for m in summary["metrics"]:
-        lines.append(f"{m['name']:<22}{m['unit']:<8}{_fmt(m['mean'], m['unit']):>10}"
-                     f"{_fmt(m['min'], m['unit']):>10}{_fmt(m['max'], m['unit']):>10}"
-                     f"{_fmt(m['limit'], m['unit']):>10}")
-        if "mean_cores" in m:
-            lines.append(f"{'  = CPU cores':<22}{'cores':<8}{_fmt(m['mean_cores']):>10}"
-                         f"{'':>10}{_fmt(m['max_cores']):>10}{_fmt(m['cpus']):>10}")
-    tags = summary.get("tags") or []
+EMPTY = ("no samples in this range (shorter than the interval, or the monitor was not running)")
+
+
+def render_text(summary, level, title):
+    L = (summary.get("levels") or {}).get(level) or {}
+    ticks = L.get("ticks", 0)
+    dur = _num(L.get("duration_s"))
+    lines = [title, f"{ticks} samples" + (f" over {dur:.2f} s" if dur is not None and ticks
+                                          else "")]
+    if not ticks:
+        lines.append(EMPTY)
+    header = f"{'metric':<28}{'mean':>10}{'min':>10}{'max':>10}{'limit':>10}"
+    lines += [header, "-" * len(header)]
+    for r in table(summary, level):
+        lines.append(f"{r['label'] + ' (' + r['unit'] + ')':<28}{_fmt(r['mean'], r['unit']):>10}"
+                     f"{_fmt(r['min'], r['unit']):>10}{_fmt(r['max'], r['unit']):>10}"
+                     f"{_fmt(r['limit'], r['unit']):>10}")
+    lines.append("totals: " + _totals_line(L))
+    tags = level_tags(summary, level)
     lines.append("tags: " + (", ".join(tags) if tags else "none"))
     return "\n".join(lines)
 
 
-def render_html(summary, title):
+def render_html(summary, level, title):
     e = html.escape
-    dur = summary.get("duration_s")
-    sub = (f"duration {dur:.2f} s, {summary['rows']} samples" if dur is not None
-           else f"{summary['rows']} samples")
+    L = (summary.get("levels") or {}).get(level) or {}
+    ticks = L.get("ticks", 0)
+    dur = _num(L.get("duration_s"))
+    sub = f"{ticks} samples" + (f" over {dur:.2f} s" if dur is not None and ticks else "")
     rows = []
-    for m in summary["metrics"]:
-        rows.append("<tr>" + "".join(
-            f"<td>{e(str(x))}</td>" for x in (m["name"], m["unit"])) + "".join(
-            f"<td style='text-align:right'>{_fmt(m[k], m['unit'])}</td>"
-            for k in ("mean", "min", "max", "limit")) + "</tr>")
-        if "mean_cores" in m:
-            rows.append(f"<tr><td>&nbsp;&nbsp;= CPU cores</td><td>cores</td>"
-                        f"<td style='text-align:right'>{_fmt(m['mean_cores'])}</td><td></td>"
-                        f"<td style='text-align:right'>{_fmt(m['max_cores'])}</td>"
-                        f"<td style='text-align:right'>{_fmt(m['cpus'])}</td></tr>")
-    tags = summary.get("tags") or []
-    tag_html = " ".join(f"<span class='sonde-tag' style='background:#c0392b;color:white;"
+    for r in table(summary, level):
+        rows.append(f"<tr><th style='text-align:left'>{e(r['label'])} ({e(r['unit'])})</th>"
+                    + "".join(f"<td class='n' style='text-align:right'>"
+                              f"{_fmt(r[k], r['unit'])}</td>"
+                              for k in ("mean", "min", "max", "limit")) + "</tr>")
+    tags = level_tags(summary, level)
+    tag_html = " ".join(f"<span class='tag tag-{e(t)}' style='background:#c0392b;color:white;"
                         f"padding:1px 6px;border-radius:3px'>{e(t)}</span>" for t in tags) \
-        or "<span class='sonde-tag-none'>none</span>"
-    empty = ("<p>no samples in this range (shorter than the interval, or the monitor was not "
-             "running)</p>" if summary["rows"] == 0 else "")
+        or "<span class='tag tag-none'>no bottleneck tags</span>"
+    empty = f"<p>{e(EMPTY)}</p>" if not ticks else ""
     return (f"<div class='sonde-report'><b>{e(title)}</b><br><small>{e(sub)}</small>{empty}"
-            "<table class='sonde-report-table'><thead><tr><th>metric</th><th>unit</th>"
-            "<th>mean</th><th>min</th><th>max</th><th>limit</th></tr></thead><tbody>"
-            + "".join(rows) + f"</tbody></table><div>tags: {tag_html}</div></div>")
+            "<table class='summary sonde-report-table'><thead><tr><th>Metric</th><th>Mean</th>"
+            "<th>Min</th><th>Max</th><th>Limit</th></tr></thead><tbody>" + "".join(rows)
+            + f"</tbody></table><div>totals: {e(_totals_line(L))}</div>"
+            f"<div class='tags'>tags: {tag_html}</div></div>")

@@ -12,7 +12,6 @@ import io
 import json
 import math
 import os
-import shutil
 import tempfile
 import time
 import zipfile
@@ -307,7 +306,3 @@ def import_session(path):
     hpath = os.path.join(directory, "cell_history.csv")
     history = CellHistory.read_csv(hpath) if os.path.exists(hpath) else CellHistory()
     return StoredData(directory, manifest, frames, tmp), history
-
-
-def copy_tree(src, dst):
-    shutil.copytree(src, dst)

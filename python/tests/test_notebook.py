@@ -67,16 +67,20 @@ def test_quickstart_notebook(tmp_path):
     # The HTML report of the CPU cell (3): a table whose CPU row has a non-zero mean.
     _, html, _ = outputs_of(cells[5])
     assert "sonde-report-table" in html and "cell [3]" in html
-    m = re.search(r"<td>CPU</td><td>%</td><td style='text-align:right'>([0-9.]+)</td>", html)
+    m = re.search(r"CPU utilisation \(%\)</th><td[^>]*>([0-9.]+)</td>", html)
     assert m, html
-    assert float(m.group(1)) > 10  # percent of the available CPUs; one core busy
+    assert float(m.group(1)) > 1  # percent of the available CPUs; one core busy (or what the
+    # machine gives it)
+    m = re.search(r"CPU \(cores\)</th><td[^>]*>([0-9.]+)</td>", html)
+    assert m and float(m.group(1)) > 0.01, html
 
     # The text report of cells 3..4: the CPU row and the memory peak of the 300 MiB cell.
     text, _, _ = outputs_of(cells[6])
-    cpu = [ln for ln in text.splitlines() if ln.startswith("CPU ")]
-    mem = [ln for ln in text.splitlines() if ln.startswith("Memory ")]
-    assert cpu and float(cpu[0].split()[2]) > 10, text
-    assert mem and float(mem[0].split()[4]) > 0.25, text  # max GiB
+    cpu = [ln for ln in text.splitlines() if ln.startswith("CPU utilisation (%)")]
+    mem = [ln for ln in text.splitlines() if ln.startswith("Memory (GiB)")]
+    assert cpu and float(cpu[0][28:].split()[0]) > 1, text  # mean
+    assert mem and float(mem[0][28:].split()[2]) > 0.25, text  # max GiB: the 300 MiB cell
+    assert "tags:" in text
 
     # The plot: a PNG in the notebook and the JPEG file.
     _, _, pngs = outputs_of(cells[7])
