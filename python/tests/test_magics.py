@@ -146,6 +146,22 @@ def test_perfreport_html_and_text(run, shell):
     assert report.metric(summary, "process", "cpu") == pytest.approx(
         report.metric(summary, "process", "cpu_cores") / summary["levels"]["process"]["num_cpus"]
         * 100, rel=1e-9)
+    # The figures come from the C++ summarize_run; the Python fallback computes the same.
+    import sonde
+
+    if sonde._native.has_summarize_run:
+        assert summary.get("engine") != "python"
+        data = magics_of(shell).data
+        py = report.summarize_py({lvl: data.frame(lvl) for lvl in data.levels}, data.manifest(),
+                                 magics_of(shell)._window(magics_of(shell).history.select(str(n))))
+        for lvl in data.levels:
+            assert py["levels"][lvl]["ticks"] == summary["levels"][lvl]["ticks"]
+            for key in ("cpu", "cpu_cores", "memory"):
+                for stat in ("mean", "min", "max", "limit"):
+                    a, b = report.metric(py, lvl, key, stat), report.metric(summary, lvl, key, stat)
+                    assert (a is None and b is None) or a == pytest.approx(b, rel=1e-9), \
+                        (lvl, key, stat)
+        assert py["tags"] == summary["tags"]
     m = magics_of(shell).history.select(str(cell_count(shell, "blob =")))
     # GiB: the 150 MiB blob
     assert report.metric(magics_of(shell).summary(m), "process", "memory", "max") > 0.14
