@@ -445,7 +445,15 @@ def load(ipython):
     ipython.events.register("pre_run_cell", magics.pre_run_cell)
     ipython.events.register("post_run_cell", magics.post_run_cell)
     _loaded[ipython] = magics
+    import atexit
+
+    atexit.register(_stop_at_exit, magics)  # join the sampling thread before the interpreter ends
     return magics
+
+
+def _stop_at_exit(magics):
+    if magics.monitor is not None:
+        magics.monitor.stop()
 
 
 def unload(ipython):
