@@ -9,8 +9,35 @@ IPython magics with the names JUmPER users know (`%load_ext sonde`, `%perfmonito
 See docs/jupyter.md.
 """
 
-from . import _native
-from .monitor import LEVELS, Monitor
+import os as _os
+import shutil as _shutil
+
+
+def _locate_sonde():
+    """The engine finds its plugin directory (<prefix>/lib/sonde/plugins), the plugin-host of
+    isolated native plugins and the Python bridge from the running executable, which in a kernel
+    is python3: point it at the sonde installation this package belongs to."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    if not _os.environ.get("SONDE_EXECUTABLE"):
+        candidates = [
+            _os.path.join(here, "..", "..", "..", "..", "bin", "sonde"),  # <prefix>/lib/pythonX/..
+            _os.path.join(here, "..", "..", "sonde"),  # the build tree: build/python/sonde
+            _shutil.which("sonde") or "",
+        ]
+        for c in candidates:
+            if c and _os.path.isfile(c) and _os.access(c, _os.X_OK):
+                _os.environ["SONDE_EXECUTABLE"] = _os.path.realpath(c)
+                break
+    if not _os.environ.get("SONDE_PYTHON_DIR"):
+        site = _os.path.dirname(here)  # installed next to this package (cmake --install)
+        if _os.path.isfile(_os.path.join(site, "sonde_plugin", "runner.py")):
+            _os.environ["SONDE_PYTHON_DIR"] = site
+
+
+_locate_sonde()
+
+from . import _native  # noqa: E402
+from .monitor import LEVELS, Monitor  # noqa: E402
 from .session import CellHistory, CellRecord, UsageError, export_session, import_session
 
 __version__ = _native.version

@@ -122,3 +122,24 @@ def test_plugin_collector_from_config():
     vals = df["load_avg"].dropna()
     assert len(vals) >= 2
     assert all(v >= 0 and math.isfinite(v) for v in vals)
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_native_plugin_in_the_kernel(isolate):
+    """A native plugin (C ABI), in this process or isolated in sonde's plugin-host (found through
+    $SONDE_EXECUTABLE, which the package sets to the build tree's sonde)."""
+    plugin = os.path.join(os.environ["SONDE_TEST_PLUGIN_DIR"], "libtest_plugin_good.so")
+    assert os.path.isfile(plugin), "build the test plugins (cmake --build build)"
+    entry = {"_target_": "plugin:" + plugin,
+             "handler": {"_target_": "ScalarHandler", "column": "test_value"}}
+    if isolate:
+        entry["isolate"] = True
+    m = sonde.Monitor(interval=0.1, levels="process,system",
+                      config={"collectors": {"testplug": entry}})
+    assert "test_value" in m.columns("process")
+    m.start()
+    wait_rows(m, "process", 4)
+    m.stop()
+    vals = m.samples("process")["test_value"].dropna()
+    assert len(vals) >= 3 and (vals == 42).all(), m.stats()["collectors"]
+    assert not m.warnings()
