@@ -13,6 +13,7 @@ prints one line `sonde: error: ...` on stderr; no traceback.
 
 import argparse
 import functools
+import os
 import shlex
 import sys
 import time
@@ -104,8 +105,8 @@ class SondeMagics(Magics):
     def post_run_cell(self, result=None):
         count = getattr(result, "execution_count", None) if result is not None else None
         rec = self.history.finish(count)
-        if rec is None or self.auto_report is None or self.data is None:
-            return
+        if rec is None or self.auto_report is None or not isinstance(self.data, LiveData):
+            return  # nothing to report on, or an imported session (new cells are not in it)
         if _only_sonde_magics(rec.code):
             return
         try:
@@ -237,7 +238,12 @@ class SondeMagics(Magics):
                  f"{info.get('num_system_cpus', 0)} on the node"
                  + (f" (cgroup quota {info['cpu_quota']:g})" if info.get("cpu_quota") else ""),
                  f"  CPU handles      {_ranges(info.get('cpu_handles', []))}"]
+        levels = self.data.levels if self.data is not None else \
+            [lvl for lvl in ("process", "user", "slurm", "system")
+             if lvl != "slurm" or os.environ.get("SLURM_JOB_ID")]
         for lvl, b in (info.get("memory_limits") or {}).items():
+            if lvl not in levels:
+                continue
             lines.append(f"  memory ({lvl + ')':<9} {b / gib:.2f} GiB")
         if info.get("num_gpus"):
             lines.append(f"  GPUs             {info['num_gpus']} x {info.get('gpu_name', '')} "
