@@ -109,6 +109,12 @@ void add_common(CLI::App* app, CommonOptions& o, bool outputs) {
     app->add_flag("--quiet", o.quiet, "print no summary");
     app->add_option("--summary-json", o.summary_json,
                     "also write the summary as JSON to this file");
+    // A flag that takes a value only as --report=FILE: `--report -- CMD` must not eat CMD.
+    app->add_flag("--report{-}", o.report_file,
+                  "write the HTML report at the end (--report=FILE; default: RUN_DIR/report.html)");
+    // One file per --charts (repeatable): a greedy list would swallow `-- CMD`.
+    app->add_option("--charts", o.charts, "chart configuration for --report (repeatable)")
+        ->allow_extra_args(false);
   }
 }
 }  // namespace
@@ -155,6 +161,20 @@ int run_cli(int argc, char** argv) {
   auto* check = config->add_subcommand("check", "check a configuration file (exit 2 if malformed)");
   check->add_option("file", check_file, "the file")->required();
 
+  std::string report_run, report_out;
+  std::vector<std::string> report_charts;
+  auto* report = app.add_subcommand("report", "write the HTML report of a stored run");
+  report->add_option("run", report_run, "run directory, or a .zip of one")->required();
+  report->add_option("-o,--output", report_out,
+                     "HTML file (default: RUN/report.html for a run directory)");
+  report
+      ->add_option("--charts", report_charts,
+                   "chart configuration merged over the shipped charts (repeatable)")
+      ->allow_extra_args(false);
+  bool report_plain = false;
+  report->add_flag("--uncompressed", report_plain,
+                   "embed the data as plain JSON (larger) instead of gzip + base64");
+
   std::string host_file;
   auto* host = app.add_subcommand("plugin-host",
                                   "serve a native plugin over the plugin protocol "
@@ -171,6 +191,21 @@ int run_cli(int argc, char** argv) {
     return kExitUsage;
   }
 
+  if (*report) return write_run_report(report_run, report_out, report_charts, !report_plain);
+  for (auto* sub : {run, record})
+    if (*sub && sub->get_option("--report")->count() > 0) common.report = true;
+  if (common.report_file == "-") common.report_file.clear();
+  if ((*run || *record) && !common.charts.empty() && !common.report) {
+    print_error("--charts: only with --report");
+    return kExitUsage;
+  }
+  if (common.report) {
+    // A malformed chart file is found before the program starts, not after it ran.
+    if (auto rules = load_chart_rules(common.charts); !rules) {
+      print_error(rules.error().message);
+      return kExitUsage;
+    }
+  }
   if (*run) {
     session.mode = SessionOptions::Mode::run;
     return run_session(common, session);

@@ -10,6 +10,7 @@
 #include "core/engine.hpp"
 #include "core/fs.hpp"
 #include "core/level.hpp"
+#include "views/report_charts.hpp"
 
 namespace sonde::cli {
 
@@ -21,6 +22,10 @@ struct CommonOptions {
   std::string out;
   bool quiet = false;
   std::string summary_json;
+  /// --report [FILE]: write the HTML report at the end (empty file: RUN_DIR/report.html).
+  bool report = false;
+  std::string report_file;
+  std::vector<std::string> charts;  ///< --charts FILE (chart configuration, repeatable)
 };
 
 /// Exit statuses of sonde itself (a `run` otherwise exits with its command's status).
@@ -56,6 +61,15 @@ int run_session(const CommonOptions& common, const SessionOptions& session);
 int cmd_collectors(const CommonOptions& common, bool timing);
 int cmd_config_show(const CommonOptions& common, bool defaults);
 int cmd_config_check(const std::string& file);
+
+/// The shipped charts, then $XDG_CONFIG_HOME/sonde/charts.yaml when present, then `files`.
+Result<std::vector<ChartRule>> load_chart_rules(const std::vector<std::string>& files);
+/// `sonde report`: reads a stored run (read_run) and writes its HTML report to `output`
+/// (empty: RUN/report.html for a run directory, else ./report.html). `chart_files` are merged
+/// over the shipped charts; `compress`: the data gzip+base64, else plain JSON. Exit 2 for
+/// malformed input.
+int write_run_report(const std::string& run_spec, const std::string& output,
+                     const std::vector<std::string>& chart_files, bool compress = true);
 
 int run_cli(int argc, char** argv);
 

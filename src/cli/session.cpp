@@ -310,6 +310,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     f << summary.dump(2) << "\n";
     if (!f) print_error("cannot write " + common.summary_json);
   }
+  if (run_dir && common.report) write_run_report(run_dir->dir(), common.report_file, common.charts);
   return outcome.exit_status.value_or(kExitOk);
 }
 

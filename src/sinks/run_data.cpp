@@ -1,7 +1,9 @@
 #include "sinks/run_data.hpp"
 
+#include <unistd.h>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -9,6 +11,7 @@
 #include <string_view>
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 namespace sonde {
 
@@ -184,7 +187,7 @@ Result<std::vector<CellRecord>> read_cell_history(const std::string& path) {
                                                  path, record_line, fields.size()));
     CellRecord r;
     double idx = 0;
-    if (!parse_field(fields[0], idx) || !std::isfinite(idx) ||
+    if (!parse_field(fields[0], idx) || !(std::fabs(idx) < 2e9) ||
         !parse_field(fields[1], r.start_wallclock) || !parse_field(fields[2], r.end_wallclock))
       return make_error(Errc::parse,
                         fmt::format("{}:{}: index, start_wallclock and end_wallclock must be "
@@ -336,8 +339,148 @@ Result<RunData> read_run_dir(const std::string& dir) {
   return run;
 }
 
+namespace {
+// ---- zipped run directories ---------------------------------------------------------------------
+// A small reader for the zip files `zip -r run.zip RUN_DIR` writes (stored or deflated entries,
+// no zip64, no encryption), with zlib: the run's files are extracted to a temporary directory
+// and read as a run directory.
+
+std::uint32_t le32(const std::string& b, std::size_t at) {
+  return static_cast<std::uint32_t>(static_cast<unsigned char>(b[at])) |
+         static_cast<std::uint32_t>(static_cast<unsigned char>(b[at + 1])) << 8 |
+         static_cast<std::uint32_t>(static_cast<unsigned char>(b[at + 2])) << 16 |
+         static_cast<std::uint32_t>(static_cast<unsigned char>(b[at + 3])) << 24;
+}
+std::uint16_t le16(const std::string& b, std::size_t at) {
+  return static_cast<std::uint16_t>(static_cast<unsigned char>(b[at]) |
+                                    static_cast<unsigned char>(b[at + 1]) << 8);
+}
+
+bool is_run_file(const std::string& base) {
+  return base == "manifest.json" || base == "cell_history.csv" ||
+         (base.rfind("perf_", 0) == 0 && base.size() > 9 &&
+          base.compare(base.size() - 4, 4, ".csv") == 0);
+}
+
+Result<RunData> read_run_zip(const std::string& zip) {
+  namespace fs = std::filesystem;
+  auto data = slurp(zip);
+  if (!data) return data.error();
+  const std::string& b = *data;
+  auto bad = [&](const std::string& what) {
+    return make_error(Errc::parse, fmt::format("{}: {}", zip, what));
+  };
+  // End of central directory: 22 bytes plus a comment of up to 65535.
+  std::size_t eocd = std::string::npos;
+  for (std::size_t i = b.size() >= 22 ? b.size() - 22 : 0, n = 0; b.size() >= 22 && n < 65558;
+       --i, ++n) {
+    if (le32(b, i) == 0x06054b50) {
+      eocd = i;
+      break;
+    }
+    if (i == 0) break;
+  }
+  if (eocd == std::string::npos) return bad("not a zip file (no end of central directory)");
+  const std::size_t entries = le16(b, eocd + 10);
+  std::size_t p = le32(b, eocd + 16);
+  if (le32(b, eocd + 16) == 0xffffffff) return bad("zip64 archives are not supported");
+  struct Entry {
+    std::string name;
+    std::uint16_t method;
+    std::uint32_t csize, usize, local;
+  };
+  std::vector<Entry> files;
+  std::string run_prefix;
+  bool found_manifest = false;
+  for (std::size_t e = 0; e < entries; ++e) {
+    if (p + 46 > b.size() || le32(b, p) != 0x02014b50) return bad("corrupt central directory");
+    Entry en{b.substr(p + 46, le16(b, p + 28)), le16(b, p + 10), le32(b, p + 20), le32(b, p + 24),
+             le32(b, p + 42)};
+    p += 46 + le16(b, p + 28) + le16(b, p + 30) + le16(b, p + 32);
+    if (p > b.size()) return bad("corrupt central directory");
+    const auto slash = en.name.rfind('/');
+    const std::string base = slash == std::string::npos ? en.name : en.name.substr(slash + 1);
+    const std::string prefix = slash == std::string::npos ? "" : en.name.substr(0, slash + 1);
+    if (!is_run_file(base)) continue;
+    if (base == "manifest.json") {
+      if (found_manifest)
+        return bad(
+            fmt::format("holds more than one run ({} and {}); unzip it and give one "
+                        "run directory",
+                        run_prefix + "manifest.json", en.name));
+      found_manifest = true;
+      run_prefix = prefix;
+    }
+    files.push_back(std::move(en));
+  }
+  if (!found_manifest) return bad("holds no run (no manifest.json)");
+
+  std::error_code tec;
+  std::string tmpl = (fs::temp_directory_path(tec) / "sonde-zip-XXXXXX").string();
+  const char* tmp = ::mkdtemp(tmpl.data());
+  if (!tmp) return bad("cannot create a temporary directory");
+  const std::string dir = tmp;
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  for (const Entry& en : files) {
+    if (en.name.rfind(run_prefix, 0) != 0 ||
+        en.name.find('/', run_prefix.size()) != std::string::npos)
+      continue;
+    const std::size_t l = en.local;
+    if (l + 30 > b.size() || le32(b, l) != 0x04034b50) return bad("corrupt entry " + en.name);
+    const std::size_t start = l + 30 + le16(b, l + 26) + le16(b, l + 28);
+    if (start + en.csize > b.size()) return bad("truncated entry " + en.name);
+    std::string out;
+    if (en.method == 0) {
+      out = b.substr(start, en.csize);
+    } else if (en.method == 8) {
+      // Deflate expands at most ~1032:1; a larger claim is a corrupt or hostile archive.
+      if (en.usize / 1032 > en.csize + 1) return bad("corrupt entry " + en.name);
+      out.resize(en.usize);
+      z_stream z{};
+      if (inflateInit2(&z, -15) != Z_OK) return bad("zlib failed");
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(b.data() + start));
+      z.avail_in = en.csize;
+      z.next_out = reinterpret_cast<Bytef*>(out.data());
+      z.avail_out = static_cast<uInt>(out.size());
+      const int rc = inflate(&z, Z_FINISH);
+      inflateEnd(&z);
+      if (rc != Z_STREAM_END || z.total_out != en.usize) return bad("corrupt entry " + en.name);
+    } else {
+      return bad(
+          fmt::format("entry {} uses compression method {} (only stored and deflated "
+                      "entries are read)",
+                      en.name, en.method));
+    }
+    const std::string base = en.name.substr(run_prefix.size());
+    std::ofstream f(dir + "/" + base, std::ios::binary);
+    f << out;
+    if (!f) return bad("cannot extract " + en.name);
+  }
+  auto run = read_run_dir(dir);
+  if (!run) {
+    // Name the file inside the archive, not the temporary copy.
+    Error e = run.error();
+    for (auto pos = e.message.find(dir); pos != std::string::npos; pos = e.message.find(dir))
+      e.message.replace(pos, dir.size() + 1, zip + ":" + run_prefix);
+    return e;
+  }
+  run->source = zip;
+  return run;
+}
+}  // namespace
+
 Result<RunData> read_run(const std::string& spec) {
   // The SQLite source (`FILE.sqlite[#ID]`) joins here when its reader is wired in.
+  std::error_code ec;
+  if (spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".zip") == 0 &&
+      std::filesystem::is_regular_file(spec, ec))
+    return read_run_zip(spec);
   return read_run_dir(spec);
 }
 

@@ -205,5 +205,31 @@ TEST(RunData, SummaryWithoutGpuOrLimits) {
   EXPECT_TRUE(s["tags"].empty());
 }
 
+TEST(RunData, ReadsAZippedRunDirectory) {
+  // tests/fixtures/run_basic.zip is `zip -r run_basic.zip run_basic` of the fixture directory.
+  const std::string zip = std::string(SONDE_FIXTURES_DIR) + "/run_basic.zip";
+  auto z = read_run(zip);
+  ASSERT_TRUE(z) << z.error().message;
+  auto d = read_run(kBasic);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(z->source, zip);
+  ASSERT_EQ(z->levels.size(), d->levels.size());
+  for (std::size_t i = 0; i < z->levels.size(); ++i) {
+    EXPECT_EQ(z->levels[i].columns, d->levels[i].columns);
+    ASSERT_EQ(z->levels[i].rows.size(), d->levels[i].rows.size());
+    EXPECT_DOUBLE_EQ(z->levels[i].rows.back().back(), d->levels[i].rows.back().back());
+  }
+  EXPECT_EQ(z->cells.size(), 2u);
+  EXPECT_EQ(summarize_run(*z)["tags"], summarize_run(*d)["tags"]);
+}
+
+TEST(RunData, ZipWithoutARunOrNotAZip) {
+  RunDirCopy d;
+  d.write("not.zip", "this is not a zip file, just text that is long enough to scan");
+  auto r = read_run(d.path() + "/not.zip");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("not a zip file"), std::string::npos) << r.error().message;
+}
+
 }  // namespace
 }  // namespace sonde

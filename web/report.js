@@ -1,0 +1,460 @@
+// sonde report: draws the page from the JSON in #sonde-data with uPlot (inlined before this
+// script). Everything is local: no request leaves the page. The test hook is window.sondeReport.
+(function () {
+  "use strict";
+  var errors = [];
+  window.addEventListener("error", function (e) { errors.push(String(e.message)); });
+
+  // The data: JSON, or gzip + base64 (sonde's default) inflated by the browser itself.
+  function loadData() {
+    var node = document.getElementById("sonde-data");
+    if (node.getAttribute("data-encoding") !== "gzip+base64")
+      return Promise.resolve(JSON.parse(node.textContent));
+    var bin = atob(node.textContent.trim());
+    var bytes = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return new Response(stream).text().then(JSON.parse);
+  }
+  var app = document.getElementById("app");
+  loadData().then(render, function (e) {
+    errors.push(String(e));
+    app.textContent = "sonde report: cannot read the embedded data (" + e + "). This page needs " +
+      "a browser with DecompressionStream (Chromium 80+, Firefox 113+, Safari 16.4+).";
+    window.sondeReport = { errors: errors, ready: false, failed: true };
+  });
+
+  function render(data) {
+    var meta = data.meta, summary = data.summary;
+    app.textContent = "";
+
+    var PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777",
+      "#65a30d", "#ea580c", "#4f46e5", "#0d9488", "#b91c1c", "#9333ea", "#ca8a04", "#0284c7",
+      "#be185d"];
+    var LEVEL_TITLES = { process: "process tree", user: "user", slurm: "Slurm job", system: "node" };
+
+    function el(tag, attrs, children) {
+      var e = document.createElement(tag);
+      if (attrs) for (var k in attrs) {
+        if (k === "text") e.textContent = attrs[k];
+        else if (k === "class") e.className = attrs[k];
+        else e.setAttribute(k, attrs[k]);
+      }
+      (children || []).forEach(function (c) { if (c) e.appendChild(c); });
+      return e;
+    }
+    function num(v, unit) {
+      if (v === null || v === undefined || !isFinite(v)) return "–";
+      var a = Math.abs(v), s;
+      if (a >= 1000) s = Math.round(v).toLocaleString("en-US");
+      else if (a >= 100) s = v.toFixed(0);
+      else if (a >= 10) s = v.toFixed(1);
+      else s = v.toFixed(2);
+      return unit ? s + " " + unit : s;
+    }
+    function bytes(b) {
+      if (b === null || b === undefined || !isFinite(b)) return "–";
+      var u = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
+      while (Math.abs(b) >= 1024 && i < u.length - 1) { b /= 1024; i++; }
+      return (i === 0 ? b.toFixed(0) : b.toFixed(1)) + " " + u[i];
+    }
+    function duration(s) {
+      if (s === null || s === undefined || !isFinite(s)) return "–";
+      if (s < 60) return s.toFixed(s < 10 ? 2 : 1) + " s";
+      var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = Math.round(s % 60);
+      return (h ? h + " h " : "") + m + " min " + sec + " s";
+    }
+    function shellQuote(args) {
+      return (args || []).map(function (a) {
+        return /^[\w@%+=:,./-]+$/.test(a) ? a : "'" + String(a).replace(/'/g, "'\\''") + "'";
+      }).join(" ");
+    }
+    function dateText(epoch) {
+      if (!isFinite(epoch)) return "–";
+      var d = new Date(epoch * 1000);
+      function p(n) { return (n < 10 ? "0" : "") + n; }
+      return d.getFullYear() + "-" + p(d.getMonth() + 1) + "-" + p(d.getDate()) + " " +
+        p(d.getHours()) + ":" + p(d.getMinutes()) + ":" + p(d.getSeconds());
+    }
+
+    // ---- header --------------------------------------------------------------------------------
+    var cmd = shellQuote(meta.command);
+    var exit = meta.exit_status;
+    var exitText = exit === null || exit === undefined ? "–" :
+      exit > 128 ? exit + " (signal " + (exit - 128) + ")" : String(exit);
+    var header = el("header", { class: "top" }, [
+      el("div", { class: "brand", text: "sonde report" }),
+      el("h1", { class: "command", text: cmd || (meta.mode === "record" ? "recorded node" : "run") }),
+    ]);
+    var facts = [
+      ["exit status", exitText, exit === 0 ? "ok" : exit === null || exit === undefined ? "" : "bad"],
+      ["duration", duration(summary.wall_s)],
+      ["started", dateText(meta.start_wallclock)],
+      ["host", meta.host || "–"],
+      ["interval", meta.interval ? meta.interval + " s" : "–"],
+      ["CPUs", meta.node && meta.node.num_cpus !== undefined ?
+        meta.node.num_cpus + (meta.node.num_system_cpus !== meta.node.num_cpus ?
+          " of " + meta.node.num_system_cpus : "") : "–"],
+    ];
+    if (meta.node && meta.node.num_gpus) facts.push(["GPUs", meta.node.num_gpus + " × " +
+      (meta.node.gpu_name || "GPU")]);
+    if (meta.complete === false) facts.push(["state", "incomplete (interrupted)", "bad"]);
+    var factList = el("dl", { class: "facts" });
+    facts.forEach(function (f) {
+      factList.appendChild(el("div", { class: "fact " + (f[2] || "") }, [
+        el("dt", { text: f[0] }), el("dd", { text: f[1] })]));
+    });
+    header.appendChild(factList);
+    var tagBox = el("div", { class: "tags", id: "tags" });
+    (summary.tags || []).forEach(function (t) {
+      tagBox.appendChild(el("span", { class: "tag tag-" + t, text: t }));
+    });
+    if (!summary.tags || !summary.tags.length)
+      tagBox.appendChild(el("span", { class: "tag tag-none", text: "no bottleneck tags" }));
+    header.appendChild(tagBox);
+    app.appendChild(header);
+
+    // ---- summary table (mean / min / max / limit per level, like JUmPER's report) -------------
+    var GROUPS = [["cpu", "CPU utilisation", "%"], ["cpu_cores", "CPU", "cores"],
+      ["memory", "Memory", "GiB"], ["gpu_util", "GPU utilisation", "%"],
+      ["gpu_band", "GPU memory bandwidth", "%"], ["gpu_mem", "GPU memory", "GiB"]];
+    var levelNames = data.levels.map(function (l) { return l.level; });
+    var table = el("table", { class: "summary", id: "summary-table" });
+    table.appendChild(el("thead", null, [el("tr", null, ["Metric", "Level", "Mean", "Min", "Max",
+      "Limit"].map(function (h) { return el("th", { text: h }); }))]));
+    var tbody = el("tbody");
+    GROUPS.forEach(function (g) {
+      var rows = levelNames.filter(function (l) {
+        var L = summary.levels[l];
+        return L && L.groups && L.groups[g[0]];
+      });
+      rows.forEach(function (l, i) {
+        var s = summary.levels[l].groups[g[0]];
+        var tr = el("tr", { class: i === 0 ? "first" : "" });
+        if (i === 0) tr.appendChild(el("th", { rowspan: rows.length, scope: "rowgroup",
+          text: g[1] + " (" + g[2] + ")" }));
+        tr.appendChild(el("td", { class: "lvl", text: l }));
+        ["mean", "min", "max", "limit"].forEach(function (k) {
+          tr.appendChild(el("td", { class: "n", text: num(s[k]) }));
+        });
+        tbody.appendChild(tr);
+      });
+    });
+    table.appendChild(tbody);
+    var totals = el("table", { class: "summary totals" });
+    totals.appendChild(el("thead", null, [el("tr", null, ["Level", "Read", "Written", "Sent",
+      "Received", "CPU time"].map(function (h) { return el("th", { text: h }); }))]));
+    var tb2 = el("tbody");
+    levelNames.forEach(function (l) {
+      var L = summary.levels[l] || {}, T = L.totals || {};
+      tb2.appendChild(el("tr", null, [el("td", { class: "lvl", text: l }),
+        el("td", { class: "n", text: bytes(T.read_bytes) }),
+        el("td", { class: "n", text: bytes(T.written_bytes) }),
+        el("td", { class: "n", text: bytes(T.net_sent_bytes) }),
+        el("td", { class: "n", text: bytes(T.net_recv_bytes) }),
+        el("td", { class: "n", text: L.cpu_seconds !== undefined ? duration(L.cpu_seconds) : "–" })]));
+    });
+    totals.appendChild(tb2);
+    app.appendChild(el("section", { class: "card" }, [el("h2", { text: "Summary" }),
+      el("div", { class: "tables" }, [table, el("div", null, [
+        el("h3", { text: "Totals (I/O and network rates integrated over time)" }), totals])])]));
+
+    if (data.cells && data.cells.length) {
+      var ct = el("table", { class: "summary cells" });
+      ct.appendChild(el("thead", null, [el("tr", null, ["Cell", "Start", "Duration", "Code"].map(
+        function (h) { return el("th", { text: h }); }))]));
+      var cb = el("tbody");
+      data.cells.forEach(function (c) {
+        cb.appendChild(el("tr", null, [el("td", { class: "n", text: "[" + c.index + "]" }),
+          el("td", { class: "n", text: "+" + duration(c.start) }),
+          el("td", { class: "n", text: duration(c.end - c.start) }),
+          el("td", null, [el("code", { text: c.code.length > 160 ? c.code.slice(0, 157) + "..." :
+            c.code })])]));
+      });
+      ct.appendChild(cb);
+      app.appendChild(el("section", { class: "card" }, [el("h2", { text: "Notebook cells" }), ct]));
+    }
+
+    // ---- level selector and charts -----------------------------------------------------------
+    var bar = el("div", { class: "bar", id: "level-bar", role: "tablist" });
+    bar.appendChild(el("span", { class: "bar-label", text: "Level" }));
+    levelNames.forEach(function (l) {
+      var b = el("button", { class: "level-btn", id: "level-" + l, "data-level": l, role: "tab",
+        title: LEVEL_TITLES[l] || l, text: l });
+      b.addEventListener("click", function () { setLevel(l); });
+      bar.appendChild(b);
+    });
+    var reset = el("button", { class: "reset-btn", id: "reset-zoom", text: "Reset zoom" });
+    reset.addEventListener("click", function () { resetZoom(); });
+    bar.appendChild(el("span", { class: "bar-hint",
+      text: "drag across a chart to zoom all charts · double-click to reset" }));
+    bar.appendChild(reset);
+    app.appendChild(bar);
+    var chartsBox = el("div", { id: "charts" });
+    app.appendChild(chartsBox);
+    app.appendChild(el("footer", { text: "sonde " + (meta.sonde_version || "") + " · " + meta.source +
+      " · charts drawn with uPlot" }));
+
+    var plots = [], current = null, syncing = false, fullRange = null;
+
+    function resolveBound(b, limits) {
+      if (b === null || b === undefined) return null;
+      if (typeof b === "number") return b;
+      var v = limits[b];
+      return v === null || v === undefined ? null : v;
+    }
+    // Time since the start of the run: "45 s", "12:30", "1:02:03".
+  var TIME_INCRS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600,
+    900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600, 86400];
+  function elapsed(v, precise) {
+    if (v === null || !isFinite(v)) return "–";
+    var neg = v < 0 ? "-" : "";
+    v = Math.abs(v);
+    if (v < 60 && !precise) return neg + (Math.round(v * 100) / 100) + " s";
+    if (v < 60) return neg + v.toFixed(v < 10 ? 2 : 1) + " s";
+    var h = Math.floor(v / 3600), m = Math.floor((v % 3600) / 60), s = v % 60;
+    var ss = precise ? s.toFixed(1) : String(Math.round(s));
+    if (ss.indexOf(".") === 1 || ss.length === 1) ss = "0" + ss;
+    var mm = h && m < 10 ? "0" + m : String(m);
+    return neg + (h ? h + ":" : "") + mm + ":" + ss;
+  }
+  function fmtAxis(v) {
+      if (v === null) return "";
+      var a = Math.abs(v);
+      if (a >= 1e9) return (v / 1e9).toFixed(1) + "G";
+      if (a >= 1e6) return (v / 1e6).toFixed(1) + "M";
+      if (a >= 1e4) return (v / 1e3).toFixed(0) + "k";
+      if (a >= 10 || a === 0) return v.toFixed(0);
+      if (a >= 1) return v.toFixed(1);
+      return v.toPrecision(2);
+    }
+
+    function seriesColor(chart, i, n) {
+      if (chart.type === "summary_series") return ["#60a5fa", "#1d4ed8", "#60a5fa"][i] || PALETTE[i];
+      if (n > PALETTE.length) {
+        var h = Math.round(360 * i / n);
+        return "hsl(" + h + ",65%,45%)";
+      }
+      return PALETTE[i % PALETTE.length];
+    }
+
+    function makeChart(level, chart, x, width) {
+      var scale = chart.scale || 1;
+      var ys = chart.series.map(function (s) {
+        var col = level.cols[s.column] || [];
+        if (scale === 1) return col;
+        return col.map(function (v) { return v === null ? null : v * scale; });
+      });
+      var any = ys.some(function (y) { return y.some(function (v) { return v !== null; }); });
+      var card = el("div", { class: "chart", "data-chart": chart.name });
+      var unit = chart.unit ? " (" + chart.unit + ")" : "";
+      card.appendChild(el("h3", { text: chart.title + unit }));
+      if (!any || x.length < 2) {
+        card.classList.add("empty");
+        card.appendChild(el("p", { class: "note", text: x.length < 2 ?
+          "fewer than two samples at this level" : "no measured values at this level" }));
+        return { card: card, plot: null, chart: chart };
+      }
+      var limit = resolveBound(chart.limit, level.limits);
+      var lo = resolveBound(chart.ylim[0], level.limits), hi = resolveBound(chart.ylim[1], level.limits);
+      var n = ys.length;
+      var series = [{ label: "time", value: function (u, v) { return v === null ? "–" : elapsed(v, true); } }];
+      chart.series.forEach(function (s, i) {
+        var summaryMid = chart.type === "summary_series" && s.label === "mean";
+        series.push({
+          label: s.label, stroke: seriesColor(chart, i, n),
+          width: summaryMid ? 2 : n > 8 ? 1 : 1.5,
+          dash: chart.type === "summary_series" && !summaryMid ? [4, 3] : undefined,
+          points: { show: false }, spanGaps: false,
+          value: function (u, v) { return v === null ? "–" : num(v); },
+        });
+      });
+      var bands = [];
+      if (chart.type === "summary_series" && n === 3) {
+        bands.push({ series: [3, 1], fill: "rgba(37,99,235,0.10)" });
+      }
+      var opts = {
+        width: width, height: 210,
+        series: series, bands: bands,
+        legend: { show: n <= 16, live: true },
+        cursor: { sync: { key: "sonde" }, drag: { x: true, y: false, setScale: true } },
+        scales: {
+          x: { time: false },
+          y: {
+            range: function (u, mn, mx) {
+              var a = lo !== null ? lo : Math.min(0, mn === null ? 0 : mn);
+              var b = hi !== null ? Math.max(hi, mx === null ? hi : mx) : mx;
+              if (limit !== null && (b === null || limit > b) && limit < 4 * (mx || 1)) b = limit;
+              if (b === null || b <= a) b = a + 1;
+              return [a, b * (hi !== null && b === hi ? 1 : 1.05)];
+            },
+          },
+        },
+        axes: [
+          { stroke: "#475569", grid: { stroke: "#e2e8f0", width: 1 }, ticks: { stroke: "#cbd5e1" },
+          incrs: TIME_INCRS, values: function (u, vals) { return vals.map(function (v) { return elapsed(v, false); }); } },
+          { stroke: "#475569", size: 56, grid: { stroke: "#e2e8f0", width: 1 },
+            ticks: { stroke: "#cbd5e1" },
+            values: function (u, vals) { return vals.map(fmtAxis); } },
+        ],
+        hooks: {
+          // Notebook cells (Jupyter sessions): a light band per cell behind the data.
+          drawClear: [function (u) {
+            var cells = data.cells || [];
+            if (!cells.length) return;
+            var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
+            ctx.save();
+            ctx.font = 10 * devicePixelRatio + "px sans-serif";
+            ctx.textAlign = "left";
+            ctx.textBaseline = "bottom";
+            cells.forEach(function (c, i) {
+              var a = Math.max(u.valToPos(c.start, "x", true), u.bbox.left);
+              var b = Math.min(u.valToPos(c.end, "x", true), u.bbox.left + u.bbox.width);
+              if (!(b > a)) return;
+              ctx.fillStyle = i % 2 ? "rgba(217,119,6,0.08)" : "rgba(124,58,237,0.08)";
+              ctx.fillRect(a, top, b - a, h);
+              if (b - a > 18 * devicePixelRatio) {
+                ctx.fillStyle = "#6d28d9";
+                ctx.fillText("[" + c.index + "]", a + 3 * devicePixelRatio, top + h - 2 * devicePixelRatio);
+              }
+            });
+            ctx.restore();
+          }],
+          setScale: [function (u, key) {
+            if (key !== "x" || syncing) return;
+            syncing = true;
+            var mn = u.scales.x.min, mx = u.scales.x.max;
+            plots.forEach(function (p) {
+              if (p.plot && p.plot !== u) p.plot.setScale("x", { min: mn, max: mx });
+            });
+            syncing = false;
+          }],
+          draw: [function (u) {
+            if (limit === null) return;
+            var yv = u.valToPos(limit, "y", true);
+            var ctx = u.ctx;
+            if (yv < u.bbox.top - 1 || yv > u.bbox.top + u.bbox.height + 1) {
+              // Off the scale: say where it is rather than flatten the data against it.
+              ctx.save();
+              ctx.fillStyle = "#b91c1c";
+              ctx.font = 11 * devicePixelRatio + "px sans-serif";
+              ctx.textAlign = "right";
+              ctx.textBaseline = "alphabetic";
+              ctx.fillText("limit " + num(limit) + (chart.unit ? " " + chart.unit : "") +
+                (yv < u.bbox.top ? " ↑" : " ↓"), u.bbox.left + u.bbox.width - 4 * devicePixelRatio,
+                u.bbox.top + 12 * devicePixelRatio);
+              ctx.restore();
+              return;
+            }
+            ctx.save();
+            ctx.strokeStyle = "#b91c1c";
+            ctx.lineWidth = 1.5 * devicePixelRatio;
+            ctx.setLineDash([6 * devicePixelRatio, 4 * devicePixelRatio]);
+            ctx.beginPath();
+            ctx.moveTo(u.bbox.left, yv);
+            ctx.lineTo(u.bbox.left + u.bbox.width, yv);
+            ctx.stroke();
+            ctx.fillStyle = "#b91c1c";
+            ctx.font = 11 * devicePixelRatio + "px sans-serif";
+            ctx.textAlign = "left";
+            ctx.textBaseline = "bottom";
+            ctx.fillText("limit " + num(limit) + (chart.unit ? " " + chart.unit : ""), u.bbox.left + 6 * devicePixelRatio,
+              yv - 4 * devicePixelRatio);
+            ctx.restore();
+          }],
+        },
+      };
+      var holder = el("div", { class: "plot" });
+      card.appendChild(holder);
+      var plot = new uPlot(opts, [x].concat(ys), holder);
+      return { card: card, plot: plot, chart: chart, ys: ys };
+    }
+
+    function chartWidth() {
+      var w = chartsBox.clientWidth || 1000;
+      var cols = w >= 1100 ? 2 : 1;
+      return Math.floor((w - (cols - 1) * 16) / cols) - 26;
+    }
+
+    function setLevel(name) {
+      var level = null;
+      data.levels.forEach(function (l) { if (l.level === name) level = l; });
+      if (!level) throw new Error("no level " + name);
+      plots.forEach(function (p) { if (p.plot) p.plot.destroy(); });
+      plots = [];
+      chartsBox.textContent = "";
+      current = name;
+      Array.prototype.forEach.call(bar.querySelectorAll(".level-btn"), function (b) {
+        b.classList.toggle("active", b.getAttribute("data-level") === name);
+        b.setAttribute("aria-selected", b.getAttribute("data-level") === name ? "true" : "false");
+      });
+      var x = level.t;
+      fullRange = x.length ? [x[0], x[x.length - 1]] : null;
+      var width = chartWidth();
+      var section = null, grid = null;
+      level.charts.forEach(function (c) {
+        var s = c.section || "Other";
+        if (s !== section) {
+          section = s;
+          grid = el("div", { class: "grid" });
+          chartsBox.appendChild(el("section", { class: "card charts-section" }, [
+            el("h2", { text: s + " · " + name + " level" }), grid]));
+        }
+        var p = makeChart(level, c, x, width);
+        grid.appendChild(p.card);
+        plots.push(p);
+      });
+      if (!level.charts.length)
+        chartsBox.appendChild(el("p", { class: "note", text: "no columns at this level" }));
+    }
+
+    function resetZoom() {
+      if (!fullRange) return;
+      plots.forEach(function (p) {
+        if (p.plot) p.plot.setScale("x", { min: fullRange[0], max: fullRange[1] });
+      });
+    }
+    chartsBox.addEventListener("dblclick", function () { resetZoom(); });
+
+    var resizeTimer = null;
+    window.addEventListener("resize", function () {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(function () {
+        var w = chartWidth();
+        plots.forEach(function (p) { if (p.plot) p.plot.setSize({ width: w, height: 210 }); });
+      }, 100);
+    });
+
+    var initial = levelNames.indexOf("process") >= 0 ? "process" : levelNames[0];
+    if (initial) setLevel(initial);
+
+    // What the browser test reads: the drawn charts and their data at the current level.
+    window.sondeReport = {
+      errors: errors,
+      levels: levelNames,
+      level: function () { return current; },
+      setLevel: setLevel,
+      resetZoom: resetZoom,
+      charts: function () {
+        return plots.map(function (p) {
+          var sum = 0, points = 0;
+          (p.ys || []).forEach(function (y) {
+            y.forEach(function (v) { if (v !== null) { sum += v; points++; } });
+          });
+          return { name: p.chart.name, title: p.chart.title, drawn: !!p.plot, points: points,
+            sum: sum, series: p.chart.series.length };
+        });
+      },
+      xRange: function () {
+        var p = plots.filter(function (q) { return q.plot; })[0];
+        return p ? [p.plot.scales.x.min, p.plot.scales.x.max] : null;
+      },
+      xRanges: function () {
+        return plots.filter(function (q) { return q.plot; }).map(function (q) {
+          return [q.plot.scales.x.min, q.plot.scales.x.max];
+        });
+      },
+      ready: true,
+    };
+  }
+})();
