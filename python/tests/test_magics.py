@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 import zipfile
 
 import pytest
@@ -277,6 +278,14 @@ def test_stop_then_reports_and_session(run, shell, tmp_path):
     z = tmp_path / "sess.zip"
     run(f"%export_session {z}")
     assert "manifest.json" in zipfile.ZipFile(z).namelist()
+    # `sonde report` reads both (the binary of this build, which the package found).
+    exe = os.environ.get("SONDE_EXECUTABLE")
+    assert exe and os.path.isfile(exe)
+    for path, html in ((d, d / "report.html"), (z, tmp_path / "report.html")):
+        proc = subprocess.run([exe, "report", str(path)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert html.stat().st_size > 10000
 
     # import: reports, plots and exports from the files
     for path in (d, z):
