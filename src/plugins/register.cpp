@@ -21,6 +21,10 @@ bool elevated_privileges() {
 
 namespace {
 std::string self_exe() {
+  // Inside another program (the Python package in a Jupyter kernel) the running executable is
+  // not sonde: $SONDE_EXECUTABLE names the sonde binary whose prefix and plugin-host are used.
+  if (!elevated_privileges())
+    if (const char* e = std::getenv("SONDE_EXECUTABLE"); e && *e) return e;
   std::error_code ec;
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("sonde") : p.string();

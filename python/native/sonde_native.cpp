@@ -1,0 +1,444 @@
+// sonde._native: the C++ engine for Python (the Jupyter package, python/sonde).
+//
+// A Monitor owns one Engine built exactly as the CLI builds it (layered configuration, plugin
+// discovery, the registry of built-ins and plugin factories) for a target process, and samples it
+// on its own std::thread on an absolute monotonic schedule. The sampling thread never touches a
+// Python object and never takes the GIL; rows are buffered in C++ under a mutex and copied out
+// into numpy arrays on request. Long calls (engine creation, start, stop, copies) release the GIL.
+#include <pthread.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <time.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+#include "core/engine.hpp"
+#include "plugins/plugins.hpp"
+#include "sinks/format.hpp"
+#include "sinks/run_data.hpp"
+
+namespace py = pybind11;
+
+namespace sonde::python {
+namespace {
+
+double thread_cpu_s(std::thread& t) {
+  clockid_t cid;
+  if (!t.joinable() || ::pthread_getcpuclockid(t.native_handle(), &cid) != 0) return 0;
+  timespec ts{};
+  if (::clock_gettime(cid, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+py::object json_to_py(const nlohmann::json& j) {
+  return py::module_::import("json").attr("loads")(j.dump());
+}
+
+class Monitor {
+ public:
+  Monitor(int pid, std::optional<double> interval_s, const std::string& levels,
+          const std::string& config_file) {
+    std::vector<std::string> warnings;
+    {
+      py::gil_scoped_release release;
+      build(pid, interval_s, levels, config_file, warnings);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    warnings_.insert(warnings_.begin(), warnings.begin(), warnings.end());
+  }
+  ~Monitor() { stop_thread(); }
+  Monitor(const Monitor&) = delete;
+  Monitor& operator=(const Monitor&) = delete;
+
+  void start() {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(control_);
+    if (thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> l(mutex_);
+      stop_requested_ = false;
+    }
+    running_ = true;
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  void stop() {
+    py::gil_scoped_release release;
+    stop_thread();
+  }
+
+  bool running() const { return running_.load(); }
+  double interval_s() const { return engine_->interval_s(); }
+  int pid() const { return engine_->target().pid; }
+
+  std::vector<std::string> levels() const {
+    std::vector<std::string> out;
+    for (Level l : engine_->levels()) out.emplace_back(level_name(l));
+    return out;
+  }
+
+  std::vector<std::string> columns(const std::string& level) const {
+    return engine_->columns(checked_level(level));
+  }
+
+  py::object node_info() const { return json_to_py(node_info_json(*engine_)); }
+
+  /// The manifest a run directory of this monitor would have (csv_run_dir.cpp's keys).
+  py::object manifest() const { return json_to_py(manifest_json()); }
+
+  std::size_t rows(const std::string& level) const {
+    const Level l = checked_level(level);
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::size_t width = engine_->columns(l).size() + 2;
+    return buffers_[level_index(l)].size() / width;
+  }
+
+  /// Rows [start, end) of a level as a float64 array (time, wallclock, columns...).
+  py::array_t<double> samples(const std::string& level, std::size_t start) const {
+    const Level l = checked_level(level);
+    const std::size_t width = engine_->columns(l).size() + 2;
+    auto* copy = new std::vector<double>();
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto& buf = buffers_[level_index(l)];
+      const std::size_t n = buf.size() / width;
+      if (start < n)
+        copy->assign(buf.begin() + static_cast<std::ptrdiff_t>(start * width), buf.end());
+    }
+    const auto n = static_cast<py::ssize_t>(copy->size() / width);
+    py::capsule owner(copy, [](void* p) { delete static_cast<std::vector<double>*>(p); });
+    return py::array_t<double>({n, static_cast<py::ssize_t>(width)},
+                               {static_cast<py::ssize_t>(width * sizeof(double)),
+                                static_cast<py::ssize_t>(sizeof(double))},
+                               copy->data(), owner);
+  }
+
+  std::vector<std::string> take_warnings() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(warnings_, {});
+  }
+
+  py::dict stats() {
+    py::dict d;
+    std::uint64_t ticks = 0, missed = 0;
+    double cpu = 0, busy = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ticks = ticks_;
+      missed = missed_;
+      busy = busy_s_;
+      cpu = thread_cpu_total_s_;
+    }
+    if (running_) {
+      std::lock_guard<std::mutex> lock(control_);
+      cpu += thread_cpu_s(thread_);
+    }
+    d["ticks"] = ticks;
+    d["ticks_missed"] = missed;
+    d["sampling_thread_cpu_s"] = cpu;
+    d["tick_wall_s"] = busy;
+    py::list coll;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& c : collectors_) {
+      py::dict e;
+      e["name"] = c.name;
+      e["target"] = c.target;
+      e["state"] = std::string(state_name(c.state));
+      e["why"] = c.why;
+      e["errors"] = c.errors;
+      coll.append(e);
+    }
+    d["collectors"] = coll;
+    return d;
+  }
+
+  /// Summary of the rows buffered so far (the whole session or a wallclock window), computed by
+  /// summarize_run (src/sinks/run_data.cpp), the code `sonde report` uses.
+  py::object summarize(std::optional<std::pair<double, double>> window,
+                       const std::vector<std::tuple<int, double, double, std::string>>& cells) {
+#ifdef SONDE_HAVE_RUN_DATA
+    nlohmann::json result;
+    {
+      py::gil_scoped_release release;
+      RunData run = run_data();
+      for (const auto& [index, start, end, code] : cells)
+        run.cells.push_back(CellRecord{index, start, end, code});
+      result = summarize_run(run, window);
+    }
+    return json_to_py(result);
+#else
+    (void)window;
+    (void)cells;
+    throw py::type_error("this build has no summarize_run (src/sinks/run_data.cpp)");
+#endif
+  }
+
+ private:
+  static Level checked_level(const std::string& name) {
+    auto l = parse_level(name);
+    if (!l)
+      throw py::value_error(
+          fmt::format("unknown level '{}' (expected process, user, slurm or system)", name));
+    return *l;
+  }
+
+  void build(int pid, std::optional<double> interval_s, const std::string& levels_text,
+             const std::string& config_file, std::vector<std::string>& warnings) {
+    ConfigSearch search;
+    search.explicit_file = config_file;
+    auto cfg = load_config(search);
+    if (!cfg) throw py::value_error(cfg.error().message);
+    plugins::discover_plugins(*cfg, plugins::plugin_dirs(),
+                              [&](const std::string& m) { warnings.push_back(m); });
+    if (interval_s) {
+      if (!(*interval_s >= 0.01))
+        throw py::value_error(
+            fmt::format("interval: expected a number of seconds >= 0.01, got {}", *interval_s));
+      cfg->interval_s = *interval_s;
+    }
+    std::vector<Level> levels;
+    if (!levels_text.empty()) {
+      auto parsed = cli::parse_levels(levels_text);
+      if (!parsed) throw py::value_error(parsed.error().message);
+      levels = *parsed;
+    }
+    const Roots roots = cli::roots_from_env();
+    auto target = discover_target(roots, pid);
+    if (!target)
+      throw std::runtime_error(
+          fmt::format("cannot watch process {}: {}", pid, target.error().message));
+    target->pid = pid;
+    EngineOptions eo;
+    eo.roots = roots;
+    eo.target = *target;
+    eo.levels = levels;
+    eo.warn = [this](const std::string& m) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (warnings_.size() < 100) warnings_.push_back(m);
+    };
+    registry_ = cli::make_registry();
+    auto engine = Engine::create(*cfg, eo, registry_);
+    if (!engine) {
+      if (engine.error().code == Errc::config) throw py::value_error(engine.error().message);
+      throw std::runtime_error(engine.error().message);
+    }
+    engine_ = std::move(*engine);
+    copy_collector_status();
+    config_sources_ = cfg->sources;
+    start_wallclock_ = wallclock_now();
+  }
+
+  nlohmann::json manifest_json() const {
+    nlohmann::json m;
+    m["sonde_version"] = SONDE_VERSION;
+    m["mode"] = "jupyter";
+    m["command"] = nlohmann::json::array();
+    m["target_pid"] = engine_->target().pid;
+    m["host"] = engine_->node_info().hostname;
+    m["kernel"] = engine_->node_info().kernel;
+    m["interval"] = engine_->interval_s();
+    m["levels"] = levels_json(*engine_);
+    m["columns_by_level"] = columns_by_level_json(*engine_);
+    m["node_info"] = node_info_json(*engine_);
+    m["config_sources"] = config_sources_;
+    m["start_wallclock"] = start_wallclock_;
+    nlohmann::json files = nlohmann::json::object();
+    for (Level l : engine_->levels())
+      files[std::string(level_name(l))] = fmt::format("perf_{}.csv", level_name(l));
+    m["files"] = files;
+    std::lock_guard<std::mutex> lock(mutex_);
+    m["ticks"] = ticks_;
+    m["ticks_missed"] = missed_;
+    return m;
+  }
+
+  RunData run_data() const {
+    RunData run;
+    run.manifest = manifest_json();
+    run.source = "jupyter";
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Level l : engine_->levels()) {
+      LevelTable t;
+      t.level = l;
+      t.columns = {"time", "wallclock"};
+      for (const auto& c : engine_->columns(l)) t.columns.push_back(c);
+      const std::size_t width = t.columns.size();
+      const auto& buf = buffers_[level_index(l)];
+      for (std::size_t i = 0; i + width <= buf.size(); i += width)
+        t.rows.emplace_back(buf.begin() + static_cast<std::ptrdiff_t>(i),
+                            buf.begin() + static_cast<std::ptrdiff_t>(i + width));
+      run.levels.push_back(std::move(t));
+    }
+    return run;
+  }
+
+  void stop_thread() {
+    std::lock_guard<std::mutex> lock(control_);
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> l(mutex_);
+      stop_requested_ = true;
+    }
+    wake_.notify_all();
+    const double cpu = thread_cpu_s(thread_);
+    thread_.join();
+    {
+      std::lock_guard<std::mutex> l(mutex_);
+      thread_cpu_total_s_ += cpu;
+    }
+    running_ = false;
+  }
+
+  // The sampling thread: no Python here.
+  void loop() {
+    using clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC, as the engine's clocks
+    const auto interval = std::chrono::duration_cast<clock::duration>(
+        std::chrono::duration<double>(engine_->interval_s()));
+    const auto t0 = clock::now();
+    std::uint64_t k = 0;
+    for (;;) {
+      const double before = monotonic_now();
+      const Engine::Tick& tick = engine_->tick();
+      const double spent = monotonic_now() - before;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (Level l : engine_->levels()) {
+          auto& buf = buffers_[level_index(l)];
+          buf.push_back(tick.ctx.time_s);
+          buf.push_back(tick.ctx.wallclock_s);
+          const auto& row = tick.rows[level_index(l)];
+          buf.insert(buf.end(), row.begin(), row.end());
+        }
+        ++ticks_;
+        busy_s_ += spent;
+        copy_collector_status();
+      }
+      // Next slot on the absolute schedule; slots that passed while sampling are counted.
+      ++k;
+      auto next = t0 + interval * static_cast<long>(k);
+      const auto now = clock::now();
+      if (now >= next) {
+        const auto due = static_cast<std::uint64_t>((now - t0) / interval) + 1;
+        std::lock_guard<std::mutex> lock(mutex_);
+        missed_ += due - k;
+        k = due;
+        next = t0 + interval * static_cast<long>(k);
+      }
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (wake_.wait_until(lock, next, [this] { return stop_requested_; })) return;
+    }
+  }
+
+  // What stats() shows of each collector, copied by the sampling thread after each tick (the
+  // engine's slots are not read from another thread while it samples).
+  struct CollectorStatus {
+    std::string name, target;
+    CollectorState state = CollectorState::ok;
+    std::string why;
+    std::uint64_t errors = 0;
+  };
+  void copy_collector_status() {
+    const auto& slots = engine_->collectors();
+    collectors_.resize(slots.size());
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      auto& c = collectors_[i];
+      if (c.name.empty()) {
+        c.name = slots[i].spec.name;
+        c.target = slots[i].spec.target;
+      }
+      if (c.state != slots[i].state || c.errors != slots[i].errors) c.why = slots[i].why;
+      c.state = slots[i].state;
+      c.errors = slots[i].errors;
+    }
+  }
+
+  Registry registry_;
+  std::unique_ptr<Engine> engine_;
+  std::vector<std::string> config_sources_;
+  double start_wallclock_ = 0;
+
+  mutable std::mutex control_;  // start/stop
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+
+  mutable std::mutex mutex_;  // everything below
+  std::condition_variable wake_;
+  bool stop_requested_ = false;
+  std::array<std::vector<double>, kNumLevels> buffers_;
+  std::uint64_t ticks_ = 0, missed_ = 0;
+  double busy_s_ = 0;
+  double thread_cpu_total_s_ = 0;
+  std::vector<std::string> warnings_;
+  std::vector<CollectorStatus> collectors_;
+};
+
+py::object summarize_dir(const std::string& dir, std::optional<std::pair<double, double>> window) {
+#ifndef SONDE_HAVE_RUN_DATA
+  (void)dir;
+  (void)window;
+  throw py::type_error("this build has no summarize_run (src/sinks/run_data.cpp)");
+#else
+  nlohmann::json result;
+  {
+    py::gil_scoped_release release;
+    auto run = read_run_dir(dir);
+    if (!run) {
+      py::gil_scoped_acquire acquire;
+      throw py::value_error(run.error().message);
+    }
+    result = summarize_run(*run, window);
+  }
+  return json_to_py(result);
+#endif
+}
+
+}  // namespace
+}  // namespace sonde::python
+
+PYBIND11_MODULE(_native, m) {
+  using sonde::python::Monitor;
+  m.doc() = "sonde's C++ engine: a Monitor sampling a process on a native thread";
+  m.attr("version") = SONDE_VERSION;
+  py::class_<Monitor>(m, "Monitor")
+      .def(py::init<int, std::optional<double>, const std::string&, const std::string&>(),
+           py::arg("pid"), py::arg("interval") = py::none(), py::arg("levels") = "",
+           py::arg("config") = "")
+      .def("start", &Monitor::start)
+      .def("stop", &Monitor::stop)
+      .def_property_readonly("running", &Monitor::running)
+      .def_property_readonly("interval", &Monitor::interval_s)
+      .def_property_readonly("pid", &Monitor::pid)
+      .def("levels", &Monitor::levels)
+      .def("columns", &Monitor::columns, py::arg("level"))
+      .def("node_info", &Monitor::node_info)
+      .def("manifest", &Monitor::manifest)
+      .def("rows", &Monitor::rows, py::arg("level"))
+      .def("samples", &Monitor::samples, py::arg("level"), py::arg("start") = 0)
+      .def("take_warnings", &Monitor::take_warnings)
+      .def("stats", &Monitor::stats)
+      .def("summarize", &Monitor::summarize, py::arg("window") = py::none(),
+           py::arg("cells") = std::vector<std::tuple<int, double, double, std::string>>{});
+#ifdef SONDE_HAVE_RUN_DATA
+  m.attr("has_summarize_run") = true;
+#else
+  m.attr("has_summarize_run") = false;
+#endif
+  m.def("summarize_dir", &sonde::python::summarize_dir, py::arg("dir"),
+        py::arg("window") = py::none());
+}

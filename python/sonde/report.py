@@ -1,0 +1,230 @@
+"""Per-cell and per-session reports: the summary table of `sonde report` (metric groups with mean,
+min, max and limit, then totals) for one level, and its bottleneck tags, as text or HTML.
+
+The figures come from sonde's C++ summarize_run (src/sinks/run_data.cpp, the code behind
+`sonde report`) through the extension; `summarize_py` below is the same computation in Python
+for a build without it (cpu-bound: mean CPU >= 70 % of the CPUs available at the level;
+memory-bound: peak memory >= 80 % of the level's limit; gpu-bound: mean GPU utilisation >= 70 %;
+gpu-memory-bound: peak GPU memory >= 80 % of one device's).
+"""
+
+import html
+import math
+
+GIB = 1024.0 ** 3
+
+# The summary table of `sonde report` (web/report.js): group key, label, unit.
+GROUPS = [("cpu", "CPU utilisation", "%"), ("cpu_cores", "CPU", "cores"),
+          ("memory", "Memory", "GiB"), ("gpu_util", "GPU utilisation", "%"),
+          ("gpu_band", "GPU memory bandwidth", "%"), ("gpu_mem", "GPU memory", "GiB")]
+TOTALS = [("read_bytes", "io_read"), ("written_bytes", "io_write"), ("read_ops", "io_read_count"),
+          ("write_ops", "io_write_count"), ("net_sent_bytes", "net_bytes_sent"),
+          ("net_recv_bytes", "net_bytes_recv"), ("net_sent_packets", "net_packets_sent"),
+          ("net_recv_packets", "net_packets_recv")]
+
+
+def _num(v):
+    return v if v is not None and isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def _stat(values, dts):
+    vals = [(v, dt) for v, dt in zip(values, dts) if v is not None and math.isfinite(v)]
+    if not vals:
+        return {"count": 0, "mean": None, "min": None, "max": None, "integral": 0.0}
+    xs = [v for v, _ in vals]
+    return {"count": len(xs), "mean": sum(xs) / len(xs), "min": min(xs), "max": max(xs),
+            "integral": sum(v * dt for v, dt in vals if math.isfinite(dt))}
+
+
+def _group(st, scale, limit, unit):
+    def sc(v):
+        return _num(v * scale) if v is not None else None
+    return {"mean": sc(st["mean"]), "min": sc(st["min"]), "max": sc(st["max"]),
+            "limit": _num(limit), "unit": unit}
+
+
+def summarize_py(frames, manifest, window=None):
+    """summarize_run (src/sinks/run_data.cpp) in Python, same keys and rules, for builds of the
+    extension without it. `frames`: {level: DataFrame with time, wallclock, columns}."""
+    node = manifest.get("node_info") or {}
+    interval = float(manifest.get("interval") or float("nan"))
+    levels = {}
+    for level, df in frames.items():
+        times = df["time"].tolist()
+        dts = [interval if i == 0 else times[i] - times[i - 1] for i in range(len(times))]
+        wc = df["wallclock"].tolist()
+        idx = [i for i, w in enumerate(wc) if window is None or window[0] <= w <= window[1]]
+        first, last = (idx[0], idx[-1] + 1) if idx else (0, 0)
+        rows = range(first, last)
+        cpus = float(node.get("num_system_cpus" if level == "system" else "num_cpus") or "nan")
+        limit_bytes = float((node.get("memory_limits") or {}).get(level) or "nan")
+
+        def col(name):
+            vals = df[name].tolist()
+            return _stat([vals[i] for i in rows], [dts[i] for i in rows])
+
+        L = {"ticks": last - first,
+             "duration_s": (wc[last - 1] - wc[first] + (interval if math.isfinite(interval)
+                                                        else 0)) if last > first else 0.0,
+             "num_cpus": _num(cpus)}
+        groups = {}
+        if "cpu_util_avg" in df.columns:
+            st = col("cpu_util_avg")
+            groups["cpu"] = _group(st, 1, 100.0, "%")
+            groups["cpu_cores"] = _group(st, cpus / 100, cpus, "cores")
+            L["cpu_seconds"] = _num(st["integral"] / 100 * cpus) if st["count"] else None
+        if "memory" in df.columns:
+            groups["memory"] = _group(col("memory"), 1,
+                                      limit_bytes / GIB if limit_bytes > 0 else None, "GiB")
+        for key in ("gpu_util", "gpu_band", "gpu_mem"):
+            if f"{key}_avg" in df.columns:
+                limit = 100.0
+                if key == "gpu_mem":
+                    g = float(node.get("gpu_memory_gib") or 0)
+                    limit = g if g > 0 else None
+                groups[key] = _group(col(f"{key}_avg"), 1, limit, "GiB" if key == "gpu_mem"
+                                     else "%")
+        L["groups"] = groups
+        L["totals"] = {k: col(c)["integral"] for k, c in TOTALS if c in df.columns}
+        levels[level] = L
+    main = "process" if "process" in levels else "system" if "system" in levels else \
+        next(iter(levels), "system")
+    out = {"levels": levels, "level": main, "window": list(window) if window else None,
+           "engine": "python"}
+    out["tags"] = level_tags(out, main)
+    return out
+
+
+def level_tags(summary, level):
+    """The bottleneck tags of a level: summarize_run's for its main level, the same rules
+    (core/summary.cpp, run_data.cpp) applied to the level's groups otherwise."""
+    if level == summary.get("level") and "tags" in summary:
+        return list(summary["tags"])
+    groups = ((summary.get("levels") or {}).get(level) or {}).get("groups") or {}
+
+    def g(name, stat):
+        return _num((groups.get(name) or {}).get(stat))
+
+    tags = []
+    if g("cpu", "mean") is not None and g("cpu", "mean") >= 70:
+        tags.append("cpu-bound")
+    if g("memory", "max") is not None and g("memory", "limit") and \
+            g("memory", "max") >= 0.8 * g("memory", "limit"):
+        tags.append("memory-bound")
+    if g("gpu_util", "mean") is not None and g("gpu_util", "mean") >= 70:
+        tags.append("gpu-bound")
+    if g("gpu_mem", "max") is not None and g("gpu_mem", "limit") and \
+            g("gpu_mem", "max") >= 0.8 * g("gpu_mem", "limit"):
+        tags.append("gpu-memory-bound")
+    return tags
+
+
+def table(summary, level):
+    """The rows of the report table for a level: (key, label, unit, mean, min, max, limit)."""
+    L = (summary.get("levels") or {}).get(level)
+    if L is None:
+        return []
+    out = []
+    for key, label, unit in GROUPS:
+        gr = (L.get("groups") or {}).get(key)
+        if gr is None:
+            continue
+        out.append({"key": key, "label": label, "unit": gr.get("unit", unit),
+                    "mean": _num(gr.get("mean")), "min": _num(gr.get("min")),
+                    "max": _num(gr.get("max")), "limit": _num(gr.get("limit"))})
+    return out
+
+
+def metric(summary, level, key, stat="mean"):
+    for row in table(summary, level):
+        if row["key"] == key:
+            return row[stat]
+    return None
+
+
+def _fmt(v, unit=""):
+    if v is None:
+        return "-"
+    if unit == "GiB":
+        return f"{v:.3f}"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.2f}"
+
+
+def _bytes(v):
+    if v is None:
+        return "-"
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    u = 0
+    while abs(v) >= 1024 and u < 4:
+        v /= 1024
+        u += 1
+    return f"{v:.0f} B" if u == 0 else f"{v:.1f} {units[u]}"
+
+
+def _totals_line(L):
+    T = L.get("totals") or {}
+    parts = [f"read {_bytes(_num(T.get('read_bytes')))}",
+             f"written {_bytes(_num(T.get('written_bytes')))}"]
+    if "net_sent_bytes" in T:
+        parts.append(f"sent {_bytes(_num(T.get('net_sent_bytes')))}")
+        parts.append(f"received {_bytes(_num(T.get('net_recv_bytes')))}")
+    cs = _num(L.get("cpu_seconds"))
+    parts.append(f"CPU time {cs:.2f} s" if cs is not None else "CPU time -")
+    return ", ".join(parts)
+
+
+def title_of(cells, level):
+    if not cells:
+        return f"sonde report: whole session, {level} level"
+    if len(cells) == 1:
+        return f"sonde report: cell [{cells[0].index}], {level} level"
+    return f"sonde report: cells [{cells[0].index}]..[{cells[-1].index}], {level} level"
+
+
+EMPTY = ("no samples in this range (shorter than the interval, or the monitor was not running)")
+
+
+def render_text(summary, level, title):
+    L = (summary.get("levels") or {}).get(level) or {}
+    ticks = L.get("ticks", 0)
+    dur = _num(L.get("duration_s"))
+    lines = [title, f"{ticks} samples" + (f" over {dur:.2f} s" if dur is not None and ticks
+                                          else "")]
+    if not ticks:
+        lines.append(EMPTY)
+    header = f"{'metric':<28}{'mean':>10}{'min':>10}{'max':>10}{'limit':>10}"
+    lines += [header, "-" * len(header)]
+    for r in table(summary, level):
+        lines.append(f"{r['label'] + ' (' + r['unit'] + ')':<28}{_fmt(r['mean'], r['unit']):>10}"
+                     f"{_fmt(r['min'], r['unit']):>10}{_fmt(r['max'], r['unit']):>10}"
+                     f"{_fmt(r['limit'], r['unit']):>10}")
+    lines.append("totals: " + _totals_line(L))
+    tags = level_tags(summary, level)
+    lines.append("tags: " + (", ".join(tags) if tags else "none"))
+    return "\n".join(lines)
+
+
+def render_html(summary, level, title):
+    e = html.escape
+    L = (summary.get("levels") or {}).get(level) or {}
+    ticks = L.get("ticks", 0)
+    dur = _num(L.get("duration_s"))
+    sub = f"{ticks} samples" + (f" over {dur:.2f} s" if dur is not None and ticks else "")
+    rows = []
+    for r in table(summary, level):
+        rows.append(f"<tr><th style='text-align:left'>{e(r['label'])} ({e(r['unit'])})</th>"
+                    + "".join(f"<td class='n' style='text-align:right'>"
+                              f"{_fmt(r[k], r['unit'])}</td>"
+                              for k in ("mean", "min", "max", "limit")) + "</tr>")
+    tags = level_tags(summary, level)
+    tag_html = " ".join(f"<span class='tag tag-{e(t)}' style='background:#c0392b;color:white;"
+                        f"padding:1px 6px;border-radius:3px'>{e(t)}</span>" for t in tags) \
+        or "<span class='tag tag-none'>no bottleneck tags</span>"
+    empty = f"<p>{e(EMPTY)}</p>" if not ticks else ""
+    return (f"<div class='sonde-report'><b>{e(title)}</b><br><small>{e(sub)}</small>{empty}"
+            "<table class='summary sonde-report-table'><thead><tr><th>Metric</th><th>Mean</th>"
+            "<th>Min</th><th>Max</th><th>Limit</th></tr></thead><tbody>" + "".join(rows)
+            + f"</tbody></table><div>totals: {e(_totals_line(L))}</div>"
+            f"<div class='tags'>tags: {tag_html}</div></div>")

@@ -1,0 +1,308 @@
+"""Cell history, the data behind reports and plots (a live Monitor or an imported session), and
+session export/import.
+
+A session on disk is a sonde run directory (src/sinks/csv_run_dir.cpp): manifest.json, one
+perf_<level>.csv per level (header `time,wallclock,<columns>`, NaN as an empty field), plus
+cell_history.csv (`index,start_wallclock,end_wallclock,code`, RFC 4180 quoting), so that
+`sonde report DIR` reads it too. A .zip holds the same files at its root.
+"""
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+
+CELL_COLUMNS = ["index", "start_wallclock", "end_wallclock", "code"]
+
+
+class UsageError(Exception):
+    """Bad input to a magic: shown as one line, without a traceback."""
+
+
+@dataclass
+class CellRecord:
+    index: int  # execution count
+    start_wallclock: float
+    end_wallclock: float
+    code: str
+
+    @property
+    def duration(self):
+        return self.end_wallclock - self.start_wallclock
+
+
+class CellHistory:
+    """Executed cells with their wall-clock start and end (pre_run_cell / post_run_cell)."""
+
+    def __init__(self, cells=None):
+        self.cells = list(cells or [])
+        self._pending = None  # (start, code) of the cell being run
+
+    def __len__(self):
+        return len(self.cells)
+
+    def start(self, code, wallclock=None):
+        self._pending = (time.time() if wallclock is None else wallclock, code)
+
+    def finish(self, index, wallclock=None):
+        if self._pending is None:
+            return None
+        start, code = self._pending
+        self._pending = None
+        if index is None:
+            index = (self.cells[-1].index + 1) if self.cells else 1
+        rec = CellRecord(int(index), start, time.time() if wallclock is None else wallclock, code)
+        self.cells.append(rec)
+        return rec
+
+    def select(self, spec):
+        """Cells whose execution count is in `spec`: `5`, `2:8` (inclusive), `:5`, `3:`;
+        negative numbers count from the end of the history (`-1` is the last cell, `-3:`)."""
+        spec = (spec or "").strip()
+        if not self.cells:
+            raise UsageError("no cells have been recorded yet")
+        counts = [c.index for c in self.cells]
+
+        def bound(text, default):
+            text = text.strip()
+            if text == "":
+                return default
+            try:
+                n = int(text)
+            except ValueError:
+                raise UsageError(f"--cell: '{spec}' is not a cell number or range "
+                                 "(expected N, A:B, :B or A:; e.g. 5, 2:8, :5, 3:)") from None
+            if n < 0:
+                if -n > len(counts):
+                    raise UsageError(f"--cell: {n} reaches before the first recorded cell "
+                                     f"({len(counts)} recorded)")
+                return counts[n]
+            return n
+
+        if ":" in spec:
+            a, _, b = spec.partition(":")
+            if ":" in b:
+                raise UsageError(f"--cell: '{spec}' has more than one ':' (expected A:B)")
+            lo, hi = bound(a, min(counts)), bound(b, max(counts))
+        else:
+            if spec == "":
+                raise UsageError("--cell: expected a cell number or range")
+            lo = hi = bound(spec, None)
+        if lo > hi:
+            raise UsageError(f"--cell: empty range '{spec}' (start {lo} is after end {hi})")
+        chosen = [c for c in self.cells if lo <= c.index <= hi]
+        if not chosen:
+            raise UsageError(f"--cell: no recorded cell in '{spec}' "
+                             f"(recorded: {counts[0]}..{counts[-1]})")
+        return chosen
+
+    def dataframe(self):
+        import pandas as pd
+
+        rows = [(c.index, c.start_wallclock, c.end_wallclock, c.end_wallclock - c.start_wallclock,
+                 c.code) for c in self.cells]
+        return pd.DataFrame(rows, columns=["index", "start_wallclock", "end_wallclock",
+                                           "duration", "code"])
+
+    def write_csv(self, path):
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(CELL_COLUMNS)
+            for c in self.cells:
+                w.writerow([c.index, f"{c.start_wallclock:.6f}", f"{c.end_wallclock:.6f}", c.code])
+
+    @classmethod
+    def read_csv(cls, path):
+        """Reads cell_history.csv (sonde's columns, or JUmPER's cell_index, raw_cell,
+        wallclock_start_time, wallclock_end_time)."""
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            fields = reader.fieldnames or []
+            if set(CELL_COLUMNS) <= set(fields):
+                names = CELL_COLUMNS
+            elif {"cell_index", "raw_cell", "wallclock_start_time",
+                  "wallclock_end_time"} <= set(fields):
+                names = ["cell_index", "wallclock_start_time", "wallclock_end_time", "raw_cell"]
+            else:
+                raise UsageError(f"{path}: expected the columns {','.join(CELL_COLUMNS)}, "
+                                 f"got {','.join(fields)}")
+            cells = []
+            for line, row in enumerate(reader, start=2):
+                try:
+                    cells.append(CellRecord(int(row[names[0]]), float(row[names[1]]),
+                                            float(row[names[2]]), row[names[3]] or ""))
+                except (TypeError, ValueError):
+                    raise UsageError(f"{path}:{line}: expected a cell number and two "
+                                     "wall-clock times") from None
+        return cls(cells)
+
+
+def format_number(v):
+    """As sonde's CSV writer (sinks/format.cpp): 10 significant digits, NaN as empty."""
+    if v is None or not math.isfinite(v):
+        return ""
+    return f"{v:.10g}"
+
+
+class LiveData:
+    """The data of a running (or stopped) Monitor."""
+
+    def __init__(self, monitor):
+        self.monitor = monitor
+        self.source = "live"
+
+    @property
+    def levels(self):
+        return self.monitor.levels
+
+    def frame(self, level):
+        return self.monitor.samples(level)
+
+    def manifest(self):
+        return self.monitor.manifest()
+
+    @property
+    def interval(self):
+        return self.monitor.interval
+
+    def summarize_native(self, window, cells):
+        return self.monitor.summarize(window, cells)
+
+
+class StoredData:
+    """The data of an imported session directory."""
+
+    def __init__(self, directory, manifest, frames, tmpdir=None):
+        self.directory = directory
+        self._manifest = manifest
+        self._frames = frames
+        self._tmpdir = tmpdir  # kept alive for a .zip
+        self.source = directory
+
+    @property
+    def levels(self):
+        return list(self._frames)
+
+    def frame(self, level):
+        return self._frames[level].copy()
+
+    def manifest(self):
+        return self._manifest
+
+    @property
+    def interval(self):
+        return float(self._manifest.get("interval", 0) or 0)
+
+    def summarize_native(self, window, cells):
+        from . import _native
+
+        return _native.summarize_dir(self.directory, window)
+
+
+def export_session(data, history, path):
+    """Writes a session directory (or a .zip when `path` ends in .zip); returns the path."""
+    path = os.fspath(path)
+    if path.endswith(".zip"):
+        with tempfile.TemporaryDirectory(prefix="sonde-session-") as tmp:
+            _write_dir(data, history, tmp)
+            with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+                for name in sorted(os.listdir(tmp)):
+                    z.write(os.path.join(tmp, name), name)
+        return path
+    if os.path.exists(os.path.join(path, "manifest.json")):
+        raise UsageError(f"{path} already holds a session (manifest.json); choose another name")
+    os.makedirs(path, exist_ok=True)
+    _write_dir(data, history, path)
+    return path
+
+
+def _write_dir(data, history, directory):
+    manifest = dict(data.manifest())
+    files = {}
+    ticks = 0
+    for level in data.levels:
+        df = data.frame(level)
+        name = f"perf_{level}.csv"
+        files[level] = name
+        ticks = max(ticks, len(df))
+        cols = list(df.columns)
+        buf = io.StringIO()
+        buf.write(",".join(cols) + "\n")
+        values = df.to_numpy(dtype=float)
+        wi = cols.index("wallclock")
+        for row in values:
+            buf.write(",".join(f"{v:.6f}" if i == wi else format_number(v)
+                               for i, v in enumerate(row)) + "\n")
+        with open(os.path.join(directory, name), "w") as f:
+            f.write(buf.getvalue())
+    manifest["files"] = files
+    manifest.setdefault("mode", "jupyter")
+    manifest["ticks"] = ticks
+    manifest.setdefault("end_wallclock", time.time())
+    if manifest.get("end_wallclock") is None:
+        manifest["end_wallclock"] = time.time()
+    manifest.setdefault("exit_status", None)
+    manifest["complete"] = True
+    manifest["cells"] = len(history)
+    manifest["cell_history"] = "cell_history.csv"
+    history.write_csv(os.path.join(directory, "cell_history.csv"))
+    with open(os.path.join(directory, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+
+
+def import_session(path):
+    """Reads a session directory or .zip: returns (StoredData, CellHistory)."""
+    import pandas as pd
+
+    path = os.fspath(path)
+    tmp = None
+    directory = path
+    if not os.path.exists(path):
+        raise UsageError(f"{path}: no such file or directory")
+    if os.path.isfile(path):
+        if not zipfile.is_zipfile(path):
+            raise UsageError(f"{path}: expected a session directory or a .zip archive")
+        tmp = tempfile.TemporaryDirectory(prefix="sonde-session-")
+        with zipfile.ZipFile(path) as z:
+            for member in z.namelist():
+                if member.startswith("/") or ".." in member.split("/"):
+                    raise UsageError(f"{path}: refusing the archive member {member!r}")
+            z.extractall(tmp.name)
+        directory = tmp.name
+        entries = os.listdir(directory)
+        if "manifest.json" not in entries and len(entries) == 1 and \
+                os.path.isdir(os.path.join(directory, entries[0])):
+            directory = os.path.join(directory, entries[0])
+    mpath = os.path.join(directory, "manifest.json")
+    if not os.path.exists(mpath):
+        raise UsageError(f"{path}: no manifest.json (not a sonde session or run directory)")
+    try:
+        with open(mpath) as f:
+            manifest = json.load(f)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{mpath}:{e.lineno}: malformed JSON ({e.msg})") from None
+    levels = manifest.get("levels") or []
+    files = manifest.get("files") or {}
+    frames = {}
+    for level in levels:
+        fpath = os.path.join(directory, files.get(level, f"perf_{level}.csv"))
+        if not os.path.exists(fpath):
+            continue
+        try:
+            df = pd.read_csv(fpath, on_bad_lines="skip")
+        except Exception as e:  # pandas' parser errors
+            raise UsageError(f"{fpath}: cannot read ({e})") from None
+        if "wallclock" not in df.columns:
+            raise UsageError(f"{fpath}: expected a 'wallclock' column")
+        frames[level] = df.astype(float)
+    if not frames:
+        raise UsageError(f"{path}: no perf_<level>.csv files")
+    hpath = os.path.join(directory, "cell_history.csv")
+    history = CellHistory.read_csv(hpath) if os.path.exists(hpath) else CellHistory()
+    return StoredData(directory, manifest, frames, tmp), history

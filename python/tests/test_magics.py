@@ -1,0 +1,317 @@
+"""Every magic through a real IPython InteractiveShell, with its bad inputs."""
+
+import json
+import os
+import subprocess
+import zipfile
+
+import pytest
+from IPython.core.displaypub import CapturingDisplayPublisher
+from IPython.core.interactiveshell import InteractiveShell
+
+from sonde import report
+
+from conftest import busy
+
+
+@pytest.fixture(scope="module")
+def shell():
+    sh = InteractiveShell.instance()
+    sh.display_pub = CapturingDisplayPublisher()
+    sh.run_cell("%load_ext sonde", store_history=True)
+    sh.user_ns["busy"] = busy
+    yield sh
+    sh.run_cell("%unload_ext sonde", store_history=True)
+
+
+@pytest.fixture
+def run(shell, capsys):
+    """Runs a cell; returns (stdout, stderr, display outputs) and checks it raised nothing."""
+
+    def _run(code):
+        capsys.readouterr()
+        shell.display_pub.outputs.clear()
+        result = shell.run_cell(code, store_history=True)
+        out, err = capsys.readouterr()
+        assert result.error_in_exec is None, f"{code!r} raised {result.error_in_exec!r}"
+        assert result.error_before_exec is None
+        assert "Traceback" not in out + err
+        return out, err, list(shell.display_pub.outputs)
+
+    return _run
+
+
+def data_of(o):
+    return o.data if hasattr(o, "data") else o["data"]
+
+
+def html_of(outputs):
+    return "".join(data_of(o).get("text/html", "") for o in outputs)
+
+
+def has_png(outputs):
+    return any("image/png" in data_of(o) for o in outputs)
+
+
+def magics_of(shell):
+    return shell.magics_manager.registry["SondeMagics"]
+
+
+# The order matters: one session, as in a notebook.
+
+def test_help(run):
+    out, err, _ = run("%perfmonitor_help")
+    for name in ("perfmonitor_start", "perfmonitor_perfreport", "export_session", "import_session"):
+        assert name in out
+
+
+def test_before_start(run):
+    _, err, _ = run("%perfmonitor_stop")
+    assert err.strip() == ("sonde: error: no monitor is running (start one with "
+                           "%perfmonitor_start)")
+    _, err, _ = run("%perfmonitor_plot")
+    assert err.startswith("sonde: error: no performance data yet")
+    _, err, _ = run("%perfmonitor_perfreport")
+    assert err.startswith("sonde: error: no performance data yet")
+    _, err, _ = run("%export_session x")
+    assert err.startswith("sonde: error: no performance data yet")
+
+
+def test_resources(run):
+    out, err, _ = run("%perfmonitor_resources")
+    assert "CPUs" in out and "memory (process)" in out and err == ""
+
+
+def test_start_bad_inputs(run):
+    _, err, _ = run("%perfmonitor_start --bogus")
+    assert err.strip() == "sonde: error: %perfmonitor_start: unrecognized arguments: --bogus"
+    _, err, _ = run("%perfmonitor_start abc")
+    assert "sonde: error: %perfmonitor_start: argument interval: invalid float value" in err
+    _, err, _ = run("%perfmonitor_start 0.1 --levels process,nope")
+    assert "unknown level 'nope'" in err
+    _, err, _ = run("%perfmonitor_start --monitor bogus")
+    assert "argument --monitor: invalid choice: 'bogus'" in err
+    _, err, _ = run("%perfmonitor_start 0.001")
+    assert "interval" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_start_and_cells(run, shell):
+    out, err, _ = run("%perfmonitor_start 0.1 --levels process,user,system")
+    assert "monitoring pid" in out, err
+    assert magics_of(shell).monitor.running
+    _, err, _ = run("%perfmonitor_start")
+    assert "already running" in err
+    # the CPU cell, with what getrusage says this process used (cores) over it
+    run("import resource, time as _t\n"
+        "_r0 = resource.getrusage(resource.RUSAGE_SELF); _w0 = _t.time()\n"
+        "busy(1.2)\n"
+        "_r1 = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "busy_cores = (_r1.ru_utime + _r1.ru_stime - _r0.ru_utime - _r0.ru_stime) / "
+        "(_t.time() - _w0)")
+    run("blob = b'x' * (150 * 2**20); import time; time.sleep(0.6)")  # the memory cell
+
+
+def cell_count(shell, code_start):
+    for c in magics_of(shell).history.cells:
+        if code_start in c.code:
+            return c.index
+    raise AssertionError(code_start)
+
+
+def test_cell_history(run, shell):
+    hist = magics_of(shell).history.cells
+    assert len(hist) >= 5
+    for c in hist:
+        assert c.end_wallclock >= c.start_wallclock
+    busy_cell = [c for c in hist if "busy(1.2)" in c.code][0]
+    assert 1.1 < busy_cell.duration < 10
+    out, err, outputs = run("%show_cell_history")
+    assert err == ""
+    run("%cell_history")
+
+
+def test_perfreport_html_and_text(run, shell):
+    n = cell_count(shell, "busy(1.2)")
+    _, err, outputs = run(f"%perfmonitor_perfreport --cell {n}")
+    assert err == ""
+    page = html_of(outputs)
+    assert "sonde-report-table" in page and f"cell [{n}]" in page
+    out, err, _ = run(f"%perfmonitor_perfreport --cell {n} --text")
+    assert "CPU" in out and "tags:" in out
+    summary = magics_of(shell).summary(magics_of(shell).history.select(str(n)))
+    # one core busy, as far as the machine let it: what getrusage measured over the cell
+    assert shell.user_ns["busy_cores"] > 0.05
+    assert report.metric(summary, "process", "cpu_cores") == pytest.approx(
+        shell.user_ns["busy_cores"], rel=0.35)
+    assert report.metric(summary, "process", "cpu") == pytest.approx(
+        report.metric(summary, "process", "cpu_cores") / summary["levels"]["process"]["num_cpus"]
+        * 100, rel=1e-9)
+    # The figures come from the C++ summarize_run; the Python fallback computes the same.
+    import sonde
+
+    if sonde._native.has_summarize_run:
+        assert summary.get("engine") != "python"
+        data = magics_of(shell).data
+        py = report.summarize_py({lvl: data.frame(lvl) for lvl in data.levels}, data.manifest(),
+                                 magics_of(shell)._window(magics_of(shell).history.select(str(n))))
+        for lvl in data.levels:
+            assert py["levels"][lvl]["ticks"] == summary["levels"][lvl]["ticks"]
+            for key in ("cpu", "cpu_cores", "memory"):
+                for stat in ("mean", "min", "max", "limit"):
+                    a, b = report.metric(py, lvl, key, stat), report.metric(summary, lvl, key, stat)
+                    assert (a is None and b is None) or a == pytest.approx(b, rel=1e-9), \
+                        (lvl, key, stat)
+        assert py["tags"] == summary["tags"]
+    m = magics_of(shell).history.select(str(cell_count(shell, "blob =")))
+    # GiB: the 150 MiB blob
+    assert report.metric(magics_of(shell).summary(m), "process", "memory", "max") > 0.14
+    # whole session, other levels, ranges
+    for line in ("", "--level system", "--level user --text", f"--cell :{n}", f"--cell {n}:",
+                 "--cell -1", f"--cell 1:{n}"):
+        _, err, _ = run(f"%perfmonitor_perfreport {line}")
+        assert err == "", line
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("--cell abc", "--cell: 'abc' is not a cell number or range"),
+    ("--cell 8:2", "empty range"),
+    ("--cell 1:2:3", "more than one ':'"),
+    ("--cell 9999", "no recorded cell"),
+    ("--cell -9999", "reaches before the first recorded cell"),
+    ("--level slurmy", "--level: 'slurmy' is not in this session"),
+    ("--frobnicate", "unrecognized arguments: --frobnicate"),
+    ("--cell", "expected one argument"),
+])
+def test_perfreport_bad_inputs(run, bad, message):
+    _, err, _ = run(f"%perfmonitor_perfreport {bad}")
+    assert err.startswith("sonde: error:") and message in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_auto_reports(run):
+    out, err, _ = run("%perfmonitor_enable_perfreports --text")
+    assert err == ""
+    out, err, _ = run("busy(0.4)")
+    assert "sonde report: cell" in out and "CPU" in out
+    run("%perfmonitor_enable_perfreports")
+    _, _, outputs = run("busy(0.3)")
+    assert "sonde-report-table" in html_of(outputs)
+    _, err, _ = run("%perfmonitor_enable_perfreports --level nope")
+    assert "nope" in err
+    run("%perfmonitor_disable_perfreports")
+    out, _, outputs = run("busy(0.2)")
+    assert "sonde report" not in out and not html_of(outputs)
+
+
+def test_plot(run, shell, tmp_path):
+    _, err, outputs = run("%perfmonitor_plot")
+    assert err == ""
+    assert has_png(outputs)
+    jpeg = tmp_path / "p.jpg"
+    n = cell_count(shell, "busy(1.2)")
+    _, err, outputs = run(f"%perfmonitor_plot --metrics cpu_summary,memory,io_read,cpu_util_0 "
+                          f"--cell {n} --level user --save-jpeg {jpeg}")
+    assert err == ""
+    assert jpeg.read_bytes()[:3] == b"\xff\xd8\xff"
+    pk = tmp_path / "plot.pkl"
+    out, err, _ = run(f"%perfmonitor_plot --metrics memory --pickle {pk}")
+    assert err == "" and pk.stat().st_size > 0
+    for bad, message in (("--metrics nosuch", "unknown metric 'nosuch'"),
+                         ("--live", "--live is not supported"),
+                         ("--cell x", "not a cell number"), ("--level nope", "not in this"),
+                         ("--what", "unrecognized")):
+        _, err, _ = run(f"%perfmonitor_plot {bad}")
+        assert err.startswith("sonde: error:") and message in err, err
+
+
+def test_export_perfdata(run, shell, tmp_path):
+    out, err, _ = run("%perfmonitor_export_perfdata")
+    assert "perfdata_process" in shell.user_ns
+    df = shell.user_ns["perfdata_process"]
+    assert "cpu_util_avg" in df.columns and len(df) > 10
+    run("%perfmonitor_export_perfdata --level system --name sysdf")
+    assert "cpu_util_0" in shell.user_ns["sysdf"].columns
+    f = tmp_path / "perf.csv"
+    out, err, _ = run(f"%perfmonitor_export_perfdata --file {f} --level user")
+    assert f.read_text().startswith("time,wallclock,")
+    _, err, _ = run("%perfmonitor_export_perfdata --name 1abc")
+    assert "not a Python identifier" in err
+    _, err, _ = run("%perfmonitor_export_perfdata --level nope")
+    assert "nope" in err
+
+
+def test_export_cell_history(run, shell, tmp_path):
+    run("%perfmonitor_export_cell_history")
+    assert "index" in shell.user_ns["cell_history"].columns
+    f = tmp_path / "cells.csv"
+    run(f"%perfmonitor_export_cell_history --file {f}")
+    assert f.read_text().startswith("index,start_wallclock,end_wallclock,code")
+    j = tmp_path / "cells.json"
+    run(f"%perfmonitor_export_cell_history {j}")
+    assert json.loads(j.read_text())[0]["index"] >= 1
+
+
+def test_stop_then_reports_and_session(run, shell, tmp_path):
+    out, err, _ = run("%perfmonitor_stop")
+    assert "stopped" in out
+    _, err, _ = run("%perfmonitor_stop")
+    assert "no monitor is running" in err
+    n = cell_count(shell, "busy(1.2)")
+    before = magics_of(shell).summary(magics_of(shell).history.select(str(n)))
+    _, err, outputs = run(f"%perfmonitor_perfreport --cell {n}")
+    assert err == "" and "sonde-report-table" in html_of(outputs)
+    _, err, outputs = run("%perfmonitor_plot")
+    assert err == ""
+    d = tmp_path / "sess"
+    out, err, _ = run(f"%export_session {d}")
+    assert err == "", err
+    names = set(os.listdir(d))
+    assert {"manifest.json", "perf_process.csv", "perf_user.csv", "perf_system.csv",
+            "cell_history.csv"} <= names
+    man = json.loads((d / "manifest.json").read_text())
+    assert man["levels"] == ["process", "user", "system"]
+    assert man["files"]["process"] == "perf_process.csv"
+    assert (d / "cell_history.csv").read_text().startswith("index,start_wallclock,end_wallclock,code")
+    _, err, _ = run(f"%export_session {d}")
+    assert "already holds a session" in err
+    z = tmp_path / "sess.zip"
+    run(f"%export_session {z}")
+    assert "manifest.json" in zipfile.ZipFile(z).namelist()
+    # `sonde report` reads both (the binary of this build, which the package found).
+    exe = os.environ.get("SONDE_EXECUTABLE")
+    assert exe and os.path.isfile(exe)
+    for path, html in ((d, d / "report.html"), (z, tmp_path / "report.html")):
+        proc = subprocess.run([exe, "report", str(path)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert html.stat().st_size > 10000
+
+    # import: reports, plots and exports from the files
+    for path in (d, z):
+        out, err, _ = run(f"%import_session {path}")
+        assert "imported" in out, err
+        after = magics_of(shell).summary(magics_of(shell).history.select(str(n)))
+        for key in ("cpu", "memory"):
+            assert report.metric(after, "process", key) == pytest.approx(
+                report.metric(before, "process", key), rel=1e-6)
+        assert after["tags"] == before["tags"]
+        _, err, outputs = run(f"%perfmonitor_perfreport --cell {n} --text")
+        assert err == ""
+        _, err, outputs = run("%perfmonitor_plot --level system")
+        assert err == "" and has_png(outputs)
+        run("%perfmonitor_export_perfdata --name imported")
+        assert len(shell.user_ns["imported"]) > 10
+
+
+def test_import_bad_inputs(run, tmp_path):
+    _, err, _ = run("%import_session")
+    assert "the following arguments are required: path" in err
+    _, err, _ = run(f"%import_session {tmp_path / 'nothing'}")
+    assert "no such file or directory" in err
+    (tmp_path / "empty").mkdir()
+    _, err, _ = run(f"%import_session {tmp_path / 'empty'}")
+    assert "no manifest.json" in err
+    (tmp_path / "f.txt").write_text("x")
+    _, err, _ = run(f"%import_session {tmp_path / 'f.txt'}")
+    assert "expected a session directory or a .zip" in err

@@ -1,0 +1,145 @@
+"""sonde.Monitor: the C++ engine sampling this process on a native thread."""
+
+import math
+import os
+import resource
+import time
+
+import pytest
+
+import sonde
+from conftest import SOURCE_DIR, busy
+
+
+def wait_rows(m, level, n, timeout=10.0):
+    end = time.monotonic() + timeout
+    while m.rows(level) < n and time.monotonic() < end:
+        time.sleep(0.02)
+    return m.rows(level)
+
+
+def test_rows_columns_and_dataframe():
+    m = sonde.Monitor(interval=0.05, levels="process,system")
+    assert m.levels == ["process", "system"]
+    assert m.pid == os.getpid()
+    assert not m.running
+    cols = m.columns("process")
+    assert "cpu_util_avg" in cols and "memory" in cols
+    m.start()
+    assert m.running
+    assert wait_rows(m, "process", 5) >= 5
+    m.stop()
+    df = m.samples("process")
+    assert list(df.columns) == ["time", "wallclock"] + cols
+    assert len(df) >= 5
+    assert (df["wallclock"].diff().dropna() > 0).all()
+    # memory of this interpreter is measured (GiB), and > 10 MiB
+    assert df["memory"].dropna().iloc[-1] > 0.01
+    sys_df = m.samples("system")
+    assert "cpu_util_0" in sys_df.columns
+    assert m.dataframes().keys() == {"process", "system"}
+
+
+def test_stop_start_keeps_rows():
+    m = sonde.Monitor(interval=0.05, levels=["process"])
+    m.start()
+    wait_rows(m, "process", 3)
+    m.stop()
+    assert not m.running
+    n = m.rows("process")
+    time.sleep(0.3)
+    assert m.rows("process") == n  # nothing sampled while stopped
+    m.start()
+    assert wait_rows(m, "process", n + 3) >= n + 3
+    m.stop()
+    assert len(m.samples("process")) == m.rows("process")
+    st = m.stats()
+    assert st["ticks"] == m.rows("process")
+    assert st["sampling_thread_cpu_s"] >= 0
+
+
+def test_cpu_of_a_busy_loop_in_this_process():
+    """The process level's CPU over a busy loop matches what getrusage says this process used."""
+    m = sonde.Monitor(interval=0.1, levels="process")
+    m.start()
+    wait_rows(m, "process", 2)
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    w0 = time.time()
+    busy(1.5)
+    w1 = time.time()
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    time.sleep(0.25)
+    m.stop()
+    df = m.samples("process")
+    cpus = m.node_info["num_cpus"]
+    inside = df[(df["wallclock"] > w0 + 0.1) & (df["wallclock"] <= w1)]
+    assert len(inside) >= 8
+    # Mean CPU rate (cores) measured by sonde inside the busy window vs getrusage's.
+    measured = float(inside["cpu_util_avg"].mean()) / 100 * cpus
+    actual = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) / (w1 - w0)
+    assert actual > 0.3, "the busy loop did not get the CPU"
+    assert measured == pytest.approx(actual, rel=0.3)
+
+
+def test_node_info_and_manifest():
+    m = sonde.Monitor(interval=0.5, levels="process,user,system")
+    info = m.node_info
+    for key in ("num_cpus", "num_system_cpus", "cpu_handles", "memory_limits", "num_gpus"):
+        assert key in info
+    assert info["num_cpus"] > 0
+    man = m.manifest()
+    assert man["levels"] == ["process", "user", "system"]
+    assert man["interval"] == 0.5
+    assert man["columns_by_level"]["process"] == m.columns("process")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"levels": "process,bogus"}, "unknown level 'bogus'"),
+    ({"levels": "process,process"}, "given twice"),
+    ({"interval": 0.001}, "interval"),
+    ({"config": {"collectors": {"cpu": {"no_such_key": 1}}}}, "no_such_key"),
+    ({"config": {"intervall": 1}}, "intervall"),
+])
+def test_bad_arguments_raise_value_error(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        sonde.Monitor(**kwargs)
+
+
+def test_missing_config_file():
+    with pytest.raises(ValueError):
+        sonde.Monitor(config="/nonexistent/sonde.yaml")
+
+
+def test_plugin_collector_from_config():
+    """A process plugin (exec, POSIX sh) configured in YAML gives its columns to the DataFrame."""
+    cfg = os.path.join(SOURCE_DIR, "examples", "plugins", "exec_shell", "sonde.yaml")
+    m = sonde.Monitor(interval=0.1, levels="process,system", config=cfg)
+    assert "load_0" in m.columns("system")
+    m.start()
+    wait_rows(m, "system", 4)
+    m.stop()
+    df = m.samples("system")
+    vals = df["load_avg"].dropna()
+    assert len(vals) >= 2
+    assert all(v >= 0 and math.isfinite(v) for v in vals)
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_native_plugin_in_the_kernel(isolate):
+    """A native plugin (C ABI), in this process or isolated in sonde's plugin-host (found through
+    $SONDE_EXECUTABLE, which the package sets to the build tree's sonde)."""
+    plugin = os.path.join(os.environ["SONDE_TEST_PLUGIN_DIR"], "libtest_plugin_good.so")
+    assert os.path.isfile(plugin), "build the test plugins (cmake --build build)"
+    entry = {"_target_": "plugin:" + plugin,
+             "handler": {"_target_": "ScalarHandler", "column": "test_value"}}
+    if isolate:
+        entry["isolate"] = True
+    m = sonde.Monitor(interval=0.1, levels="process,system",
+                      config={"collectors": {"testplug": entry}})
+    assert "test_value" in m.columns("process")
+    m.start()
+    wait_rows(m, "process", 4)
+    m.stop()
+    vals = m.samples("process")["test_value"].dropna()
+    assert len(vals) >= 3 and (vals == 42).all(), m.stats()["collectors"]
+    assert not m.warnings()
