@@ -4,8 +4,10 @@ min, max and limit, then totals) for one level, and its bottleneck tags, as text
 The figures come from sonde's C++ summarize_run (src/sinks/run_data.cpp, the code behind
 `sonde report`) through the extension; `summarize_py` below is the same computation in Python
 for a build without it (cpu-bound: mean CPU >= 70 % of the CPUs available at the level;
-memory-bound: peak memory >= 80 % of the level's limit; gpu-bound: mean GPU utilisation >= 70 %;
-gpu-memory-bound: peak GPU memory >= 80 % of one device's).
+memory-bound: peak memory >= 80 % of the level's limit; gpu-util-bound: mean GPU utilisation
+>= 70 %; gpu-memory-bound: peak GPU memory >= 90 % of one device's; gpu-allocated-but-not-used:
+GPU memory held, mean utilisation < 10 %). The Python rules approximate the GPU ones from the
+level's groups; the C++ summary (used whenever the extension has it) is the reference.
 """
 
 import html
@@ -98,6 +100,9 @@ def summarize_py(frames, manifest, window=None):
 def level_tags(summary, level):
     """The bottleneck tags of a level: summarize_run's for its main level, the same rules
     (core/summary.cpp, run_data.cpp) applied to the level's groups otherwise."""
+    L = (summary.get("levels") or {}).get(level) or {}
+    if "tags" in L:  # summarize_run tags every level (bottleneck_tags in core/summary.cpp)
+        return list(L["tags"])
     if level == summary.get("level") and "tags" in summary:
         return list(summary["tags"])
     groups = ((summary.get("levels") or {}).get(level) or {}).get("groups") or {}
@@ -112,10 +117,12 @@ def level_tags(summary, level):
             g("memory", "max") >= 0.8 * g("memory", "limit"):
         tags.append("memory-bound")
     if g("gpu_util", "mean") is not None and g("gpu_util", "mean") >= 70:
-        tags.append("gpu-bound")
+        tags.append("gpu-util-bound")
     if g("gpu_mem", "max") is not None and g("gpu_mem", "limit") and \
-            g("gpu_mem", "max") >= 0.8 * g("gpu_mem", "limit"):
+            g("gpu_mem", "max") >= 0.9 * g("gpu_mem", "limit"):
         tags.append("gpu-memory-bound")
+    if g("gpu_mem", "max") and g("gpu_util", "mean") is not None and g("gpu_util", "mean") < 10:
+        tags.append("gpu-allocated-but-not-used")
     return tags
 
 

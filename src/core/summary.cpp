@@ -58,7 +58,6 @@ std::string bytes_text(double b) {
 // level: all of them); their per-device means are averaged. Tags (thresholds as in JUmPER):
 // gpu-util-bound (mean utilisation >= 70 %), gpu-memory-bound (peak memory on one GPU >= 90 % of
 // a GPU's memory), gpu-allocated-but-not-used (memory held, mean utilisation < 10 %).
-constexpr double kGpuUtilBound = 70, kGpuMemoryBound = 0.9, kGpuUnused = 10;
 
 void gpu_summary(nlohmann::json& j, std::vector<std::string>& tags, const RunStats& stats,
                  Level level, const NodeInfo& node) {
@@ -104,14 +103,33 @@ void gpu_summary(nlohmann::json& j, std::vector<std::string>& tags, const RunSta
     j["gpu_power_mean_w"] = power;
     j["gpu_energy_j"] = energy;
   }
-  if (util_n && util / util_n >= kGpuUtilBound) tags.push_back("gpu-util-bound");
-  if (node.gpu_memory_gib > 0 && mem_peak >= kGpuMemoryBound * node.gpu_memory_gib)
-    tags.push_back("gpu-memory-bound");
-  if (mem_peak > 0 && util_n && util / util_n < kGpuUnused)
-    tags.push_back("gpu-allocated-but-not-used");
+  TagInputs in;
+  if (util_n) in.gpu_util_mean_pct = util / util_n;
+  in.gpu_mem_peak_gib = mem_peak;
+  in.gpu_memory_gib = node.gpu_memory_gib;
+  for (auto& t : bottleneck_tags(in)) tags.push_back(std::move(t));
 }
 
 }  // namespace
+
+std::vector<std::string> bottleneck_tags(const TagInputs& in) {
+  constexpr double kCpuBound = 70, kMemoryBound = 0.8, kGpuUtilBound = 70, kGpuMemoryBound = 0.9,
+                   kGpuUnused = 10;
+  std::vector<std::string> tags;
+  if (in.cpu_mean_pct && *in.cpu_mean_pct >= kCpuBound) tags.push_back("cpu-bound");
+  if (in.memory_peak_gib && in.memory_limit_gib && *in.memory_limit_gib > 0 &&
+      *in.memory_peak_gib >= kMemoryBound * *in.memory_limit_gib)
+    tags.push_back("memory-bound");
+  if (in.gpu_util_mean_pct && *in.gpu_util_mean_pct >= kGpuUtilBound)
+    tags.push_back("gpu-util-bound");
+  if (in.gpu_mem_peak_gib && in.gpu_memory_gib && *in.gpu_memory_gib > 0 &&
+      *in.gpu_mem_peak_gib >= kGpuMemoryBound * *in.gpu_memory_gib)
+    tags.push_back("gpu-memory-bound");
+  if (in.gpu_mem_peak_gib && *in.gpu_mem_peak_gib > 0 && in.gpu_util_mean_pct &&
+      *in.gpu_util_mean_pct < kGpuUnused)
+    tags.push_back("gpu-allocated-but-not-used");
+  return tags;
+}
 
 nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
                             const RunOutcome& outcome) {
@@ -137,14 +155,16 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   j["cpu_peak_cores"] =
       cpu && cpu->count ? nlohmann::json(cpu->max / 100 * cpus) : nlohmann::json();
   j["cpu_seconds"] = cpu ? nlohmann::json(cpu->integral / 100 * cpus) : nlohmann::json();
-  if (cpu && cpu->count && *cpu->mean() >= 70) tags.push_back("cpu-bound");
+  TagInputs in;
+  if (cpu && cpu->count) in.cpu_mean_pct = *cpu->mean();
 
   const auto* mem = stats.find(level, "memory");
   const double limit_gib = static_cast<double>(node.memory_limit_bytes[level_index(level)]) / kGiB;
   j["memory_peak_gib"] = mem && mem->count ? nlohmann::json(mem->max) : nlohmann::json();
   j["memory_limit_gib"] = limit_gib;
-  if (mem && mem->count && limit_gib > 0 && mem->max >= 0.8 * limit_gib)
-    tags.push_back("memory-bound");
+  if (mem && mem->count) in.memory_peak_gib = mem->max;
+  in.memory_limit_gib = limit_gib;
+  tags = bottleneck_tags(in);
 
   auto integral = [&](Level l, const char* col) {
     const auto* c = stats.find(l, col);

@@ -45,6 +45,21 @@ struct RunOutcome {
   std::string run_dir;
 };
 
+/// What the bottleneck tags are decided from (one level). Absent figures give no tag.
+struct TagInputs {
+  std::optional<double> cpu_mean_pct;       ///< mean cpu_util_avg
+  std::optional<double> memory_peak_gib;    ///< peak `memory`
+  std::optional<double> memory_limit_gib;   ///< the level's memory limit
+  std::optional<double> gpu_util_mean_pct;  ///< mean utilisation of the GPUs the level used
+  std::optional<double> gpu_mem_peak_gib;   ///< peak memory on one GPU
+  std::optional<double> gpu_memory_gib;     ///< memory of one GPU (node info)
+};
+/// The tags, in this order: cpu-bound (mean CPU >= 70 % of the available CPUs), memory-bound
+/// (peak >= 80 % of the limit), gpu-util-bound (mean >= 70 %), gpu-memory-bound (peak on one GPU
+/// >= 90 % of its memory), gpu-allocated-but-not-used (GPU memory held, mean utilisation < 10 %).
+/// The one rule for `sonde run`'s summary, `sonde report` and the Jupyter reports.
+std::vector<std::string> bottleneck_tags(const TagInputs& in);
+
 /// The summary as JSON (keys: command, exit_status, wall_s, user_cpu_s, system_cpu_s,
 /// cpu_mean_cores, cpu_peak_cores, memory_peak_gib, memory_limit_gib, read_bytes,
 /// written_bytes, net_sent_bytes, net_recv_bytes, tags, level, run_dir, ticks; GPUs: num_gpus,

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include "core/summary.hpp"
 #include "sinks/sqlite.hpp"
 
 namespace sonde {
@@ -279,6 +280,46 @@ std::optional<Stat> device_mean_stat(const LevelTable& t, const std::string& pre
     s.add(n ? sum / n : kNaN, dt);
   }
   return s;
+}
+
+std::optional<double> opt_number(const nlohmann::json& v) {
+  return v.is_number() ? std::optional<double>(v.get<double>()) : std::nullopt;
+}
+
+// The inputs of bottleneck_tags for one level, as summary_json computes them from a live run:
+// the GPUs a non-system level used are those where it held memory; utilisation is the mean of
+// their per-device means, memory the peak on one device.
+TagInputs level_tag_inputs(const LevelTable& t, const nlohmann::json& groups,
+                           const nlohmann::json& node, std::size_t first, std::size_t last,
+                           double interval) {
+  TagInputs in;
+  auto g = [&](const char* name, const char* stat) -> std::optional<double> {
+    if (!groups.contains(name)) return std::nullopt;
+    return opt_number(groups[name][stat]);
+  };
+  in.cpu_mean_pct = g("cpu", "mean");
+  in.memory_peak_gib = g("memory", "max");
+  in.memory_limit_gib = g("memory", "limit");
+  in.gpu_memory_gib =
+      opt_number(node.contains("gpu_memory_gib") ? node["gpu_memory_gib"] : nlohmann::json());
+  double util = 0, mem_peak = 0;
+  int util_n = 0, used = 0;
+  for (int d = 0;; ++d) {
+    auto mc = t.find("gpu_mem_" + std::to_string(d));
+    if (!mc) break;
+    const Stat m = column_stat(t, *mc, first, last, interval);
+    const bool held = m.count && m.max > 0;
+    if (t.level != Level::system && !held) continue;
+    ++used;
+    if (m.count) mem_peak = std::max(mem_peak, m.max);
+    if (auto uc = t.find("gpu_util_" + std::to_string(d))) {
+      const Stat u = column_stat(t, *uc, first, last, interval);
+      if (u.mean()) util += *u.mean(), ++util_n;
+    }
+  }
+  if (used) in.gpu_mem_peak_gib = mem_peak;
+  if (util_n) in.gpu_util_mean_pct = util / util_n;
+  return in;
 }
 
 nlohmann::json group_json(const Stat& s, double scale, std::optional<double> limit,
@@ -556,6 +597,7 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
           group_json(*s, 1, gpu_gib > 0 ? std::optional<double>(gpu_gib) : std::nullopt, "GiB");
     }
     L["groups"] = groups;
+    L["tags"] = bottleneck_tags(level_tag_inputs(t, groups, node, first, last, interval));
     nlohmann::json totals = nlohmann::json::object();
     const std::pair<const char*, const char*> total_cols[] = {
         {"read_bytes", "io_read"},
@@ -613,23 +655,8 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
   j["net_sent_bytes"] = total(SL, "net_sent_bytes");
   j["net_recv_bytes"] = total(SL, "net_recv_bytes");
 
-  // Tags: the rules of summary_json (core/summary.cpp), plus GPU ones.
-  std::vector<std::string> tags;
-  const auto cpu_mean = group("cpu", "mean");
-  if (cpu_mean.is_number() && cpu_mean.get<double>() >= 70) tags.push_back("cpu-bound");
-  const auto mem_max = group("memory", "max");
-  const auto mem_limit = group("memory", "limit");
-  if (mem_max.is_number() && mem_limit.is_number() && mem_limit.get<double>() > 0 &&
-      mem_max.get<double>() >= 0.8 * mem_limit.get<double>())
-    tags.push_back("memory-bound");
-  const auto gpu_mean = group("gpu_util", "mean");
-  if (gpu_mean.is_number() && gpu_mean.get<double>() >= 70) tags.push_back("gpu-bound");
-  const auto gmem_max = group("gpu_mem", "max");
-  const auto gmem_limit = group("gpu_mem", "limit");
-  if (gmem_max.is_number() && gmem_limit.is_number() && gmem_limit.get<double>() > 0 &&
-      gmem_max.get<double>() >= 0.8 * gmem_limit.get<double>())
-    tags.push_back("gpu-memory-bound");
-  j["tags"] = tags;
+  // Tags: the rules of summary_json (core/summary.cpp: bottleneck_tags) at the main level.
+  j["tags"] = ML.contains("tags") ? ML["tags"] : nlohmann::json::array();
   return j;
 }
 

@@ -246,7 +246,7 @@ def test_gpu_and_plugin_columns(tmp_path, driver):
         if c["drawn"]:
             assert pixels[name]["colored"] > 50, pixels[name]
     tags = driver.find_element(By.ID, "tags").text
-    assert "gpu-bound" not in tags  # mean GPU utilisation is about 44 %
+    assert "gpu-util-bound" not in tags  # mean GPU utilisation is about 44 %
     assert "Notebook cells" in driver.find_element(By.ID, "app").text
     table = driver.find_element(By.ID, "summary-table").text
     assert "GPU utilisation" in table and "GPU memory" in table

@@ -169,7 +169,8 @@ TEST(RunData, SummaryPerLevelAndTags) {
   EXPECT_DOUBLE_EQ(sys["cpu_cores"]["limit"].get<double>(), 8);
   EXPECT_DOUBLE_EQ(sys["memory"]["limit"].get<double>(), 16);
   EXPECT_EQ(s["tags"],
-            nlohmann::json({"cpu-bound", "memory-bound", "gpu-bound", "gpu-memory-bound"}));
+            nlohmann::json({"cpu-bound", "memory-bound", "gpu-util-bound", "gpu-memory-bound"}));
+  EXPECT_EQ(s["levels"]["process"]["tags"], s["tags"]) << "every level has its tags";
 }
 
 TEST(RunData, SummaryOfAWindow) {
