@@ -222,6 +222,30 @@ void add_fields(ojson& o, const std::vector<Field>& fields) {
   for (const auto& f : fields) o[f.key] = f.json();
 }
 
+// A GPU's processes: null where not supported, else an object each (`fill` writes a process's
+// own keys, the plugins' fields follow).
+template <class Fill>
+ojson processes_json(const GpuRow& g, Fill fill) {
+  if (!g.processes) return nullptr;
+  ojson list = ojson::array();
+  for (const auto& p : *g.processes) {
+    ojson pj;
+    fill(pj, p);
+    add_fields(pj, p.fields);
+    list.push_back(std::move(pj));
+  }
+  return list;
+}
+
+// The node-level plugins' fields: one object per plugin.
+void add_node_fields(ojson& o, const StatusData& data) {
+  for (const auto& pf : data.node_fields) {
+    ojson f = ojson::object();
+    add_fields(f, pf.fields);
+    o[pf.plugin] = std::move(f);
+  }
+}
+
 std::string no_gpu_reason(const StatusData& data) {
   std::string why;
   for (const auto& n : data.notes) why += (why.empty() ? "" : "; ") + n;
@@ -262,31 +286,19 @@ ojson status_json(const StatusData& data) {
     j["dec_util_percent"] = opt(d.dec_util);
     j["error"] = opt(d.error);
     add_fields(j, g.fields);
-    if (!g.processes) {
-      j["processes"] = nullptr;
-    } else {
-      j["processes"] = ojson::array();
-      for (const auto& p : *g.processes) {
-        ojson pj;
-        pj["pid"] = p.pid;
-        pj["user"] = opt(p.user);
-        pj["command"] = p.command;
-        pj["full_command"] = p.full_command;
-        pj["gpu_memory_bytes"] = opt(p.gpu_memory_bytes);
-        pj["sm_util_percent"] = opt(p.sm_util);
-        pj["cpu_percent"] = opt(p.cpu_percent);
-        pj["rss_bytes"] = opt(p.rss_bytes);
-        add_fields(pj, p.fields);
-        j["processes"].push_back(std::move(pj));
-      }
-    }
+    j["processes"] = processes_json(g, [](ojson& pj, const ProcessRow& p) {
+      pj["pid"] = p.pid;
+      pj["user"] = opt(p.user);
+      pj["command"] = p.command;
+      pj["full_command"] = p.full_command;
+      pj["gpu_memory_bytes"] = opt(p.gpu_memory_bytes);
+      pj["sm_util_percent"] = opt(p.sm_util);
+      pj["cpu_percent"] = opt(p.cpu_percent);
+      pj["rss_bytes"] = opt(p.rss_bytes);
+    });
     o["gpus"].push_back(std::move(j));
   }
-  for (const auto& pf : data.node_fields) {
-    ojson f = ojson::object();
-    add_fields(f, pf.fields);
-    o[pf.plugin] = std::move(f);
-  }
+  add_node_fields(o, data);
   return o;
 }
 
@@ -315,32 +327,20 @@ ojson gpustat_json(const StatusData& data, const GpustatOptions&) {
     j["enforced.power.limit"] = opt_int(d.power_limit_w);
     j["memory.used"] = opt(mib(d.mem_used_bytes));
     j["memory.total"] = opt(mib(d.mem_total_bytes));
-    if (!g.processes) {
-      j["processes"] = nullptr;
-    } else {
-      j["processes"] = ojson::array();
-      for (const auto& p : *g.processes) {
-        ojson pj;
-        pj["username"] = opt(p.user);
-        pj["command"] = p.command;
-        pj["full_command"] = p.full_command;
-        pj["gpu_memory_usage"] = opt(mib(p.gpu_memory_bytes));
-        pj["cpu_percent"] = opt(p.cpu_percent);
-        pj["cpu_memory_usage"] = opt(p.rss_bytes);
-        pj["pid"] = p.pid;
-        add_fields(pj, p.fields);
-        j["processes"].push_back(std::move(pj));
-      }
-    }
+    j["processes"] = processes_json(g, [](ojson& pj, const ProcessRow& p) {
+      pj["username"] = opt(p.user);
+      pj["command"] = p.command;
+      pj["full_command"] = p.full_command;
+      pj["gpu_memory_usage"] = opt(mib(p.gpu_memory_bytes));
+      pj["cpu_percent"] = opt(p.cpu_percent);
+      pj["cpu_memory_usage"] = opt(p.rss_bytes);
+      pj["pid"] = p.pid;
+    });
     if (d.error) j["error"] = *d.error;
     add_fields(j, g.fields);
     o["gpus"].push_back(std::move(j));
   }
-  for (const auto& pf : data.node_fields) {
-    ojson f = ojson::object();
-    add_fields(f, pf.fields);
-    o[pf.plugin] = std::move(f);
-  }
+  add_node_fields(o, data);
   return o;
 }
 
