@@ -131,13 +131,7 @@ void RunDirSink::write(const Engine::Tick& tick) {
 
 void RunDirSink::finish(const RunOutcome& outcome, const nlohmann::json& summary,
                         std::uint64_t ticks, std::uint64_t ticks_missed) {
-  manifest_["end_wallclock"] = wallclock_now();
-  manifest_["exit_status"] =
-      outcome.exit_status ? nlohmann::json(*outcome.exit_status) : nlohmann::json();
-  manifest_["complete"] = !failed_;
-  manifest_["ticks"] = ticks;
-  manifest_["ticks_missed"] = ticks_missed;
-  manifest_["summary"] = summary;
+  set_manifest_end(manifest_, wallclock_now(), outcome, !failed_, summary, ticks, ticks_missed);
   for (int& fd : fds_) {
     if (fd >= 0) {
       ::fsync(fd);

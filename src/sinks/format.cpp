@@ -49,4 +49,16 @@ nlohmann::json node_info_json(const Engine& engine) {
   return j;
 }
 
+void set_manifest_end(nlohmann::json& manifest, double end_wallclock, const RunOutcome& outcome,
+                      bool complete, const nlohmann::json& summary, std::uint64_t ticks,
+                      std::uint64_t ticks_missed) {
+  manifest["end_wallclock"] = end_wallclock;
+  manifest["exit_status"] =
+      outcome.exit_status ? nlohmann::json(*outcome.exit_status) : nlohmann::json();
+  manifest["complete"] = complete;
+  manifest["ticks"] = ticks;
+  manifest["ticks_missed"] = ticks_missed;
+  manifest["summary"] = summary;
+}
+
 }  // namespace sonde

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/engine.hpp"
+#include "core/summary.hpp"
 
 namespace sonde {
 
@@ -20,5 +21,11 @@ nlohmann::json node_info_json(const Engine& engine);
 
 /// The active levels' names.
 nlohmann::json levels_json(const Engine& engine);
+
+/// The end of a run in its manifest: end_wallclock, exit_status (null when unknown), complete,
+/// ticks, ticks_missed and summary.
+void set_manifest_end(nlohmann::json& manifest, double end_wallclock, const RunOutcome& outcome,
+                      bool complete, const nlohmann::json& summary, std::uint64_t ticks,
+                      std::uint64_t ticks_missed);
 
 }  // namespace sonde

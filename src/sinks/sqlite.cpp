@@ -535,13 +535,7 @@ void SqliteSink::finish(const RunOutcome& outcome, const nlohmann::json& summary
   tick_timeout_ms_ = busy_ms(sqlite_busy_timeout_s());
   if (!flush() && !failed_) report_failure("cannot write the last ticks");
   const double end = wallclock_now();
-  manifest_["end_wallclock"] = end;
-  manifest_["exit_status"] =
-      outcome.exit_status ? nlohmann::json(*outcome.exit_status) : nlohmann::json();
-  manifest_["complete"] = !failed_;
-  manifest_["ticks"] = ticks;
-  manifest_["ticks_missed"] = ticks_missed;
-  manifest_["summary"] = summary;
+  set_manifest_end(manifest_, end, outcome, !failed_, summary, ticks, ticks_missed);
   sqlite3_stmt* raw = nullptr;
   if (sqlite3_prepare_v2(db_->handle(),
                          "UPDATE runs SET end_wallclock = ?, exit_status = ?, complete = ?, "
