@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "core/gzip.hpp"
 #include "sinks/prometheus.hpp"
 #include "sinks/prometheus_owners.hpp"
 
@@ -82,23 +83,6 @@ class BoundedPool final : public httplib::TaskQueue {
 };
 
 constexpr std::size_t kMaxBodyBytes = 4096;
-
-/// gzip of `in`, or "" when zlib fails. httplib compresses text/* bodies itself, but not the
-/// OpenMetrics content type, which Prometheus asks for with Accept-Encoding: gzip.
-std::string gzip(const std::string& in) {
-  z_stream z{};
-  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-    return {};
-  std::string out(deflateBound(&z, static_cast<uLong>(in.size())), '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = static_cast<uInt>(in.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  const int r = deflate(&z, Z_FINISH);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return r == Z_STREAM_END ? out : std::string();
-}
 
 bool accepts_gzip(const std::string& accept_encoding) {
   return accept_encoding.find("gzip") != std::string::npos;
@@ -248,7 +232,9 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
     if (om) {
       body += prom::kOpenMetricsEof;
       if (accepts_gzip(req.get_header_value("Accept-Encoding"))) {
-        std::string zipped = gzip(body);
+        // httplib compresses text/* bodies itself, but not the OpenMetrics content type, which
+        // Prometheus asks for with Accept-Encoding: gzip.
+        std::string zipped = gzip(body, Z_DEFAULT_COMPRESSION);
         if (!zipped.empty()) {
           res.set_header("Content-Encoding", "gzip");
           body = std::move(zipped);
