@@ -69,6 +69,15 @@ def server():
     s.stop()
 
 
+def assert_promtool_clean(body):
+    """`promtool check metrics` finds neither an error nor a lint problem in `body`."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool (Debian package prometheus) is required"
+    r = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "" and r.stderr.strip() == "", r.stdout + r.stderr
+
+
 def samples(text):
     """name{labels} -> value for every sample line."""
     out = {}
@@ -126,14 +135,9 @@ def test_openmetrics_when_asked(server):
 
 
 def test_promtool_check_metrics_no_errors_no_lint(server):
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool (Debian package prometheus) is required"
     # A second tick has rates; also run it on the per-user/per-job variant below.
     time.sleep(0.5)
-    body = server.get()[2]
-    r = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip() == "" and r.stderr.strip() == "", r.stdout + r.stderr
+    assert_promtool_clean(server.get()[2])
 
 
 def test_promtool_per_user_per_job():
@@ -146,10 +150,7 @@ def test_promtool_per_user_per_job():
         assert users, body
         assert len(users) <= 2  # one own series, then "other"
         assert 'sonde_series_folded{label="user"}' in values
-        r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True,
-                           text=True)
-        assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", \
-            r.stdout + r.stderr
+        assert_promtool_clean(body)
     finally:
         assert s.stop()[0] == 0
 
@@ -325,10 +326,7 @@ def test_plugin_columns_become_gauges(tmp_path):
         assert values["sonde_plugin_load_avg_load_0"] >= 0
         assert 'sonde_collector_errors_total{collector="Load-Avg"}' in values
         assert "# TYPE sonde_plugin_load_avg_load_0 gauge" in body
-        r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True,
-                           text=True)
-        assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", \
-            r.stdout + r.stderr
+        assert_promtool_clean(body)
     finally:
         assert s.stop()[0] == 0
 
@@ -355,10 +353,7 @@ def test_gpu_columns_map_to_gpu_metrics(tmp_path):
         assert v['sonde_gpu_power_watts{gpu="1"}'] == 300.5
         assert not any("gpu_util_avg" in k or "_avg" in k.split("{")[0].replace(
             "sonde_cpu_utilization_average_ratio", "") for k in v), body
-        r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True,
-                           text=True)
-        assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", \
-            r.stdout + r.stderr
+        assert_promtool_clean(body)
     finally:
         assert s.stop()[0] == 0
 
