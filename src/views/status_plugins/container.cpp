@@ -10,6 +10,7 @@
 #include "core/fs.hpp"
 #include "core/procfs.hpp"
 #include "views/status_plugins/builtin.hpp"
+#include "views/status_plugins/pid_cache.hpp"
 
 namespace sonde::status {
 namespace {
@@ -85,12 +86,10 @@ class ContainerPlugin : public sdk::StatusPlugin {
   using StatusPlugin::StatusPlugin;
   void before_query(sdk::Status&) override { cache_.clear(); }
   void get_process_info(sdk::Status& s, sdk::Gpu&, sdk::Process& p) override {
-    // A process on several GPUs is looked up once per query.
-    auto it = cache_.find(p.pid());
-    if (it == cache_.end()) it = cache_.emplace(p.pid(), lookup(s, p.pid())).first;
-    if (!it->second) return;
-    p.set("container", it->second->runtime + ":" + it->second->id.substr(0, 12));
-    if (!it->second->pod.empty()) p.set("k8s_pod", it->second->pod);
+    const auto& found = cache_.get(p.pid(), [&] { return lookup(s, p.pid()); });
+    if (!found) return;
+    p.set("container", found->runtime + ":" + found->id.substr(0, 12));
+    if (!found->pod.empty()) p.set("k8s_pod", found->pod);
   }
 
  private:
@@ -103,7 +102,7 @@ class ContainerPlugin : public sdk::StatusPlugin {
       if (auto c = container_of(e.path)) return c;
     return std::nullopt;
   }
-  std::map<int, std::optional<ContainerId>> cache_;
+  PidCache<ContainerId> cache_;
 };
 
 }  // namespace

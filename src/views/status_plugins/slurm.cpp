@@ -8,6 +8,7 @@
 #include "core/fs.hpp"
 #include "core/procfs.hpp"
 #include "views/status_plugins/builtin.hpp"
+#include "views/status_plugins/pid_cache.hpp"
 
 namespace sonde::status {
 namespace {
@@ -17,10 +18,8 @@ class SlurmPlugin : public sdk::StatusPlugin {
   using StatusPlugin::StatusPlugin;
   void before_query(sdk::Status&) override { cache_.clear(); }
   void get_process_info(sdk::Status& s, sdk::Gpu&, sdk::Process& p) override {
-    // A process on several GPUs is looked up once per query.
-    auto it = cache_.find(p.pid());
-    if (it == cache_.end()) it = cache_.emplace(p.pid(), lookup(s, p.pid())).first;
-    if (it->second) p.set("slurm_job_id", *it->second);
+    const auto& job = cache_.get(p.pid(), [&] { return lookup(s, p.pid()); });
+    if (job) p.set("slurm_job_id", *job);
   }
 
  private:
@@ -45,7 +44,7 @@ class SlurmPlugin : public sdk::StatusPlugin {
     }
     return std::nullopt;
   }
-  std::map<int, std::optional<std::string>> cache_;
+  PidCache<std::string> cache_;
 };
 
 }  // namespace
