@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu/gpu.hpp"
+#include "support/fake_gpu_env.hpp"
 
 namespace sonde::gpu {
 namespace {
@@ -12,21 +13,10 @@ namespace {
 constexpr std::uint64_t kMiB = 1024ULL * 1024ULL;
 
 // Points sonde at a fake library and a scenario for one test, and back afterwards.
-class FakeGpu {
+class FakeGpu : public test::FakeGpuEnv {
  public:
-  FakeGpu(const char* library, const std::string& scenario,
-          const char* rocm = "/nonexistent/x.so") {
-    setenv("SONDE_NVML_LIBRARY", library, 1);
-    setenv("SONDE_ROCM_SMI_LIBRARY", rocm, 1);
-    setenv("SONDE_FAKE_GPU_SCENARIO", (std::string(SONDE_FAKE_SCENARIOS) + "/" + scenario).c_str(),
-           1);
-    setenv("SONDE_FAKE_GPU_PIDS", "999991,999992,999993", 1);
-  }
-  ~FakeGpu() {
-    for (const char* v : {"SONDE_NVML_LIBRARY", "SONDE_ROCM_SMI_LIBRARY", "SONDE_FAKE_GPU_SCENARIO",
-                          "SONDE_FAKE_GPU_PIDS"})
-      unsetenv(v);
-  }
+  FakeGpu(const char* library, const std::string& scenario, const char* rocm = "/nonexistent/x.so")
+      : FakeGpuEnv(library, rocm, scenario, "999991,999992,999993") {}
 };
 
 const GpuProcess* find_pid(const GpuDevice& d, int pid) {

@@ -7,26 +7,17 @@
 #include <gtest/gtest.h>
 
 #include "gpu/gpu.hpp"
+#include "support/fake_gpu_env.hpp"
 
 namespace sonde::gpu {
 namespace {
 
 constexpr std::uint64_t kMiB = 1024ULL * 1024ULL;
 
-class FakeRocm {
+class FakeRocm : public test::FakeGpuEnv {
  public:
-  explicit FakeRocm(const std::string& scenario, const char* nvml = "/nonexistent/libnvml.so") {
-    setenv("SONDE_NVML_LIBRARY", nvml, 1);
-    setenv("SONDE_ROCM_SMI_LIBRARY", SONDE_FAKE_ROCM, 1);
-    setenv("SONDE_FAKE_GPU_SCENARIO", (std::string(SONDE_FAKE_SCENARIOS) + "/" + scenario).c_str(),
-           1);
-    setenv("SONDE_FAKE_GPU_PIDS", "999991", 1);
-  }
-  ~FakeRocm() {
-    for (const char* v : {"SONDE_NVML_LIBRARY", "SONDE_ROCM_SMI_LIBRARY", "SONDE_FAKE_GPU_SCENARIO",
-                          "SONDE_FAKE_GPU_PIDS", "SONDE_FAKE_NVML_SCENARIO"})
-      unsetenv(v);
-  }
+  explicit FakeRocm(const std::string& scenario, const char* nvml = "/nonexistent/libnvml.so")
+      : FakeGpuEnv(nvml, SONDE_FAKE_ROCM, scenario, "999991") {}
 };
 
 TEST(GpuRocm, TwoGpusWithProcesses) {
