@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/plugin_run_helpers.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {
@@ -25,12 +26,6 @@ fs::path write_config(const fs::path& dir, const std::string& target,
   return cfg;
 }
 
-struct PluginRun {
-  RunResult result;
-  CsvTable process;
-  CsvTable system;
-};
-
 PluginRun run_with(const fs::path& cfg, const fs::path& out, double seconds = 2.0) {
   PluginRun r;
   r.result = run_command({sonde_binary(), "run", "--quiet", "--interval", "0.2", "--levels",
@@ -39,17 +34,6 @@ PluginRun run_with(const fs::path& cfg, const fs::path& out, double seconds = 2.
   r.process = read_csv(out / "perf_process.csv");
   r.system = read_csv(out / "perf_system.csv");
   return r;
-}
-
-// The built-in columns are unaffected by a misbehaving plugin.
-void expect_builtins_intact(const PluginRun& r) {
-  const auto mem = r.process.numbers("memory");
-  ASSERT_GE(mem.size(), 5u);
-  EXPECT_EQ(count_nan(mem), 0u);
-  // Only the first tick (no interval yet) and the last one (taken when the program exits, maybe
-  // within the same kernel clock tick as the one before) may lack a CPU figure.
-  const auto cpu = r.system.numbers("cpu_util_avg");
-  for (std::size_t i = 1; i + 1 < cpu.size(); ++i) EXPECT_FALSE(std::isnan(cpu[i])) << "row " << i;
 }
 
 TEST(NativePlugins, GoodPluginWritesItsColumnAtEveryLevel) {

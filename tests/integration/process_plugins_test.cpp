@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/plugin_run_helpers.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {
@@ -32,12 +33,6 @@ RunOptions python_env(const std::string& marker = "") {
   return o;
 }
 
-struct PluginRun {
-  RunResult result;
-  CsvTable process;
-  CsvTable system;
-};
-
 PluginRun run_with(const fs::path& cfg, const fs::path& out, const RunOptions& options,
                    const std::string& seconds = "2.5") {
   PluginRun r;
@@ -50,21 +45,6 @@ PluginRun run_with(const fs::path& cfg, const fs::path& out, const RunOptions& o
   r.process = read_csv(run / "perf_process.csv");
   r.system = read_csv(run / "perf_system.csv");
   return r;
-}
-
-// The built-in columns are unaffected by a plugin, whatever it does.
-void expect_builtins_intact(const PluginRun& r) {
-  const auto mem = r.process.numbers("memory");
-  ASSERT_GE(mem.size(), 5u);
-  EXPECT_EQ(count_nan(mem), 0u);
-  const auto sys_mem = r.system.numbers("memory");
-  EXPECT_EQ(count_nan(sys_mem), 0u);
-  // Only the first tick (no interval yet) and the last one (taken when the program exits, maybe
-  // within the same kernel clock tick as the one before) may lack a CPU figure.
-  const auto cpu = r.system.numbers("cpu_util_avg");
-  for (std::size_t i = 1; i + 1 < cpu.size(); ++i) EXPECT_FALSE(std::isnan(cpu[i])) << "row " << i;
-  const auto time = r.system.numbers("time");
-  EXPECT_EQ(count_nan(time), 0u);
 }
 
 // Processes whose environment holds SONDE_TEST_MARKER=marker.
