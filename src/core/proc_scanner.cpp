@@ -15,6 +15,8 @@ struct ProcScanner::Entry {
   std::uint64_t seen_generation = 0;
   // Fixed at discovery.
   int ppid = 0;
+  int live_ppid =
+      0;  ///< the parent at the last read (an orphan's is its reaper: init, a subreaper)
   std::uint32_t uid = 0;
   std::uint64_t starttime_ticks = 0;
   std::optional<std::string> slurm_job;
@@ -118,6 +120,7 @@ bool ProcScanner::discover(int pid, Entry& e) {
   auto st = procfs::parse_pid_stat(std::string_view(buf_.data(), static_cast<std::size_t>(n)));
   if (!st) return false;
   e.ppid = st->ppid;
+  e.live_ppid = st->ppid;
   e.starttime_ticks = st->starttime_ticks;
   e.comm = std::move(st->comm);
   if (active_[level_index(Level::user)]) {
@@ -180,7 +183,7 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
       Entry& e = *it->second;
       if (e.seen_generation != generation_) {
         if (e.have_prev && e.level_mask)
-          pending_.push_back({{it->first, e.ppid, e.last_total_cpu_s, e.level_mask}, 0});
+          pending_.push_back({{it->first, e.live_ppid, e.last_total_cpu_s, e.level_mask}, 0});
         close_fd(e.stat_fd, fds_open_);
         close_fd(e.io_fd, fds_open_);
         it = entries_.erase(it);
@@ -307,7 +310,7 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
     // Gone (ESRCH on a kept fd); the next readdir drops it. Report it as vanished now so its
     // reaped time is not double counted by its parent.
     if (e.have_prev && e.level_mask)
-      pending_.push_back({{pid, e.ppid, e.last_total_cpu_s, e.level_mask}, 0});
+      pending_.push_back({{pid, e.live_ppid, e.last_total_cpu_s, e.level_mask}, 0});
     e.have_prev = false;
     e.level_mask = 0;
     close_fd(e.stat_fd, fds_open_);
@@ -321,6 +324,7 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
   const std::uint64_t child_ticks = st->cutime_ticks + st->cstime_ticks;
   s.pid = pid;
   s.ppid = st->ppid;
+  e.live_ppid = st->ppid;
   s.uid = e.uid;
   s.starttime_ticks = e.starttime_ticks;
   s.comm = &e.comm;

@@ -152,8 +152,10 @@ TEST(Run, ChainsOfExitingProcessesAreCountedOnce) {
   const double num_cpus = num_cpus_of(read_json(run / "manifest.json"));
   const CsvTable table = read_csv(run / "perf_process.csv");
   EXPECT_NEAR(process_core_seconds(table, num_cpus), wait4_cpu_s, wait4_cpu_s * 0.15);
-  // No interval of the user level may exceed every CPU busy (plus clock-tick jitter).
-  for (double v : read_csv(run / "perf_user.csv").numbers("cpu_util_avg")) {
+  // No interval may exceed every CPU busy (plus clock-tick jitter): the double count was up to
+  // twice the workload's life in one interval. (The user level holds every process of the test
+  // runner's uid, so only the process level is deterministic here.)
+  for (double v : table.numbers("cpu_util_avg")) {
     if (!std::isnan(v)) {
       EXPECT_LE(v, 110.0);
     }
