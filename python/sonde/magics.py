@@ -343,11 +343,15 @@ class SondeMagics(Magics):
             df.to_csv(path, index=False, na_rep="")
             print(f"sonde: {len(df)} rows of the {level} level written to {path}")
         else:
-            name = args.name or f"perfdata_{level}"
-            if not name.isidentifier():
-                raise UsageError(f"--name: '{name}' is not a Python identifier")
-            self.shell.user_ns[name] = df
-            print(f"sonde: DataFrame '{name}' ({len(df)} rows, {len(df.columns)} columns)")
+            self._publish(args.name or f"perfdata_{level}", df,
+                          f"{len(df)} rows, {len(df.columns)} columns")
+
+    def _publish(self, name, df, what):
+        """Puts a DataFrame into the notebook's namespace under `name` (an --name option)."""
+        if not name.isidentifier():
+            raise UsageError(f"--name: '{name}' is not a Python identifier")
+        self.shell.user_ns[name] = df
+        print(f"sonde: DataFrame '{name}' ({what})")
 
     @line_magic
     @_magic
@@ -366,11 +370,7 @@ class SondeMagics(Magics):
                 self.history.write_csv(path)
             print(f"sonde: {len(df)} cells written to {path}")
         else:
-            name = args.name or "cell_history"
-            if not name.isidentifier():
-                raise UsageError(f"--name: '{name}' is not a Python identifier")
-            self.shell.user_ns[name] = df
-            print(f"sonde: DataFrame '{name}' ({len(df)} cells)")
+            self._publish(args.name or "cell_history", df, f"{len(df)} cells")
 
     @line_magic
     @_magic
