@@ -55,12 +55,11 @@ std::string bytes_text(double b) {
   return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
 }
 // GPU part of the summary. The GPUs the level used are those where it held memory (at the system
-// level: all of them); their per-device means are averaged. Tags (thresholds as in JUmPER):
-// gpu-util-bound (mean utilisation >= 70 %), gpu-memory-bound (peak memory on one GPU >= 90 % of
-// a GPU's memory), gpu-allocated-but-not-used (memory held, mean utilisation < 10 %).
+// level: all of them); their per-device means are averaged. Fills the GPU inputs of the tags
+// (bottleneck_tags).
 
-void gpu_summary(nlohmann::json& j, std::vector<std::string>& tags, const RunStats& stats,
-                 Level level, const NodeInfo& node) {
+void gpu_summary(nlohmann::json& j, TagInputs& in, const RunStats& stats, Level level,
+                 const NodeInfo& node) {
   j["num_gpus"] = node.num_gpus;
   j["gpu_name"] = node.gpu_name;
   j["gpu_memory_gib"] = node.gpu_memory_gib;
@@ -103,11 +102,9 @@ void gpu_summary(nlohmann::json& j, std::vector<std::string>& tags, const RunSta
     j["gpu_power_mean_w"] = power;
     j["gpu_energy_j"] = energy;
   }
-  TagInputs in;
   if (util_n) in.gpu_util_mean_pct = util / util_n;
   in.gpu_mem_peak_gib = mem_peak;
   in.gpu_memory_gib = node.gpu_memory_gib;
-  for (auto& t : bottleneck_tags(in)) tags.push_back(std::move(t));
 }
 
 }  // namespace
@@ -148,7 +145,6 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   j["run_dir"] = outcome.run_dir;
   j["num_cpus"] = cpus;
 
-  std::vector<std::string> tags;
   const auto* cpu = stats.find(level, "cpu_util_avg");
   j["cpu_mean_cores"] =
       cpu && cpu->count ? nlohmann::json(*cpu->mean() / 100 * cpus) : nlohmann::json();
@@ -164,7 +160,6 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   j["memory_limit_gib"] = limit_gib;
   if (mem && mem->count) in.memory_peak_gib = mem->max;
   in.memory_limit_gib = limit_gib;
-  tags = bottleneck_tags(in);
 
   auto integral = [&](Level l, const char* col) {
     const auto* c = stats.find(l, col);
@@ -174,8 +169,8 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   j["written_bytes"] = integral(level, "io_write");
   j["net_sent_bytes"] = integral(Level::system, "net_bytes_sent");
   j["net_recv_bytes"] = integral(Level::system, "net_bytes_recv");
-  gpu_summary(j, tags, stats, level, node);
-  j["tags"] = tags;
+  gpu_summary(j, in, stats, level, node);
+  j["tags"] = bottleneck_tags(in);
   return j;
 }
 
