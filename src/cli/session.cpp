@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -21,6 +22,7 @@
 
 #include "cli/commands.hpp"
 #include "core/engine.hpp"
+#include "core/helper_children.hpp"
 #include "core/summary.hpp"
 #include "sinks/csv_run_dir.hpp"
 #include "sinks/json_stream.hpp"
@@ -34,6 +36,9 @@ namespace {
 int pidfd_open(int pid) {
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
+
+// After the first interrupt, how long the command may take to exit before sonde kills it.
+constexpr double kKillAfterS = 30;
 
 int status_code(int wstatus) {
   if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
@@ -156,7 +161,19 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
 
   Signals signals;
   pid_t child = -1;
+  // `sonde run` is the child subreaper of its command: a process of the tree whose parent exits
+  // before sonde saw it (a daemonized child) is re-parented to sonde instead of init, stays in the
+  // tree, and is reaped by sonde after its last read. Only when a level follows the tree.
+  const bool adopt =
+      so.mode == Mode::run && std::any_of(engine.levels().begin(), engine.levels().end(),
+                                          [](Level l) { return l != Level::system; });
   if (so.mode == Mode::run) {
+    if (adopt) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    // The first tick, before the command exists: the baseline of every level, so that the first
+    // row written (one interval later) holds everything the command did from its start.
+    engine.defer_fd_budget();
+    engine.tick();
+    const double spawned_at = boottime_now();
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     sigset_t defaults;
@@ -175,9 +192,18 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
       return err == ENOENT ? 127 : 126;
     }
     engine.set_target_pid(child);
+    // sonde started the command: everything it and its descendants do is in scope, from the start.
+    engine.scanner().set_count_from(spawned_at);
+    if (adopt) engine.scanner().set_adopter(::getpid(), is_helper_child);
+    engine.apply_fd_budget();
     target_pid = child;
   }
-  if (run_dir && so.mode == Mode::run) run_dir->update("target_pid", child);
+  if (run_dir && so.mode == Mode::run) {
+    run_dir->update("target_pid", child);
+    // The first row covers the interval from this baseline (taken just before the command).
+    run_dir->update("baseline_time", engine.tick_time());
+  }
+  if (sqlite && so.mode == Mode::run) sqlite->update("baseline_time", engine.tick_time());
   if (sqlite && so.mode == Mode::run) sqlite->update("target_pid", child);
   const int target_fd = target_pid > 0 && !so.system_only ? pidfd_open(target_pid) : -1;
 
@@ -185,8 +211,12 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
 
   RunStats stats(engine);
   const double interval = engine.interval_s();
-  const double t0 = monotonic_now();
+  // `sonde run` took its baseline tick before starting the command: the schedule starts there and
+  // the first row comes one interval later.
+  const bool primed = so.mode == Mode::run;
+  const double t0 = primed ? engine.tick_time() : monotonic_now();
   std::uint64_t k = 0, missed = 0;
+  bool skip_sample = primed;
   bool stop = false, target_gone = false;
   int wstatus = 0;
   rusage usage{};
@@ -215,16 +245,49 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   if (!cfg->raise_priority && sqlite)
     sqlite->update("priority", {{"raised", false}, {"why_not", "raise_priority: false"}});
 
+  double last_tick_s = primed ? t0 : -1;
   auto sample = [&]() {
     const auto& tick = engine.tick();
+    last_tick_s = tick.ctx.time_s;
     stats.add(tick);
     if (run_dir) run_dir->write(tick);
     if (sqlite) sqlite->write(tick);
-    if (stream && !stream->write(engine, tick)) stop = true;
+    // The stream's first sample is the first with every rate defined (JUmPER's sanity checks
+    // reject nulls): the first tick is only a baseline there.
+    if (stream && engine.ticks() > 1 && !stream->write(engine, tick)) stop = true;
+    // Orphans of the tree that sonde adopted: reaped once a tick has read them as zombies (their
+    // final counters), never before.
+    if (adopt) {
+      const int self = ::getpid();
+      for (const PidSample& p : engine.procs().pids)
+        if (p.ppid == self && p.state == 'Z' && p.pid != child && !is_helper_child(p.pid))
+          ::waitpid(p.pid, nullptr, WNOHANG);
+    }
   };
+  // The last sample, when the target has exited: its rates are never taken over less than a
+  // quarter of the interval (a 3 ms interval would give impossible rates), so it waits for that
+  // much time to pass since the previous tick (at most 2 s; the target's counters no longer
+  // change). A shorter final interval is marked in the manifest.
+  double final_interval_s = -1;
+  auto final_sample = [&]() {
+    if (last_tick_s >= 0) {
+      const double wait_until = last_tick_s + std::min(interval / 4, 2.0);
+      const timespec until = to_timespec(wait_until);
+      while (monotonic_now() < wait_until &&
+             ::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
+      }
+    }
+    const double before = last_tick_s;
+    sample();
+    if (before >= 0) final_interval_s = last_tick_s - before;
+  };
+  int interrupts = 0;
+  double first_interrupt_s = 0;
+  bool killed = false;
 
   while (!stop) {
-    sample();
+    if (!skip_sample) sample();
+    skip_sample = false;
     if (stop) break;
     if (!target_gone && so.mode != Mode::run && target_pid > 0 && !so.system_only &&
         target_fd < 0 && ::kill(target_pid, 0) != 0 && errno == ESRCH)
@@ -251,7 +314,10 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
       if (target_fd >= 0) fds[n++] = {target_fd, POLLIN, 0};
       const int out_index = streaming ? static_cast<int>(n) : -1;
       if (streaming) fds[n++] = {STDOUT_FILENO, 0, 0};
-      const timespec ts = to_timespec(next - monotonic_now());
+      double wait_s = next - monotonic_now();
+      if (interrupts > 0 && !killed)
+        wait_s = std::min(wait_s, first_interrupt_s + kKillAfterS - monotonic_now());
+      const timespec ts = to_timespec(std::min(wait_s, 86400.0));
       const int r = ::ppoll(fds, n, &ts, nullptr);
       if (r == 0) break;  // the slot has come
       if (r < 0) {
@@ -270,7 +336,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
                     0 &&
                 info.si_pid == child) {
               target_gone = true;
-              sample();
+              final_sample();
               stop = true;
             }
             continue;
@@ -278,9 +344,20 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
           if (so.mode == Mode::run) {
             // A signal from the terminal already reached the command (same process group);
             // one sent to sonde alone is passed on. sonde keeps sampling until the command exits.
+            // A second interrupt kills the command (SIGKILL), as does a command still running
+            // kKillAfterS seconds after the first.
             const bool from_kill =
                 si.ssi_code == SI_USER || si.ssi_code == SI_QUEUE || si.ssi_code == SI_TKILL;
-            if (from_kill && static_cast<pid_t>(si.ssi_pid) != child) ::kill(child, sig);
+            if (static_cast<pid_t>(si.ssi_pid) == child) continue;
+            if (++interrupts == 1) {
+              first_interrupt_s = monotonic_now();
+              if (from_kill) ::kill(child, sig);
+            } else if (!killed) {
+              std::cerr << fmt::format(
+                  "sonde: second interrupt: killing the command (pid {}) with SIGKILL\n", child);
+              ::kill(child, SIGKILL);
+              killed = true;
+            }
           } else {
             stop = true;
           }
@@ -290,8 +367,17 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
         // The target exited. While it is a zombie its CPU times (and its reaped children's) are
         // still in /proc: take the last sample before reaping it.
         target_gone = true;
-        sample();
+        final_sample();
         stop = true;
+      }
+      if (interrupts > 0 && !killed && !stop &&
+          monotonic_now() - first_interrupt_s >= kKillAfterS) {
+        std::cerr << fmt::format(
+            "sonde: the command (pid {}) is still running {:.0f} s after the interrupt: killing it "
+            "with SIGKILL\n",
+            child, kKillAfterS);
+        ::kill(child, SIGKILL);
+        killed = true;
       }
       if (out_index >= 0 && (fds[out_index].revents & (POLLERR | POLLHUP))) stop = true;
     }
@@ -314,19 +400,26 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   if (run_dir) outcome.run_dir = run_dir->dir();
   if (sqlite) outcome.run_dir = sqlite->location();
   const nlohmann::json summary = summary_json(engine, stats, outcome);
+  // A final interval shorter than a quarter of the interval (the wait is capped) is marked.
+  if (final_interval_s >= 0 && final_interval_s < interval / 4) {
+    const nlohmann::json mark{{"final_interval_s", final_interval_s},
+                              {"why", "the target exited shortly after the previous tick"}};
+    if (run_dir) run_dir->update("short_final_interval", mark);
+    if (sqlite) sqlite->update("short_final_interval", mark);
+  }
   if (run_dir) {
     if (engine.discover_every() > 1)
       run_dir->update("degraded", {{"since_tick", engine.degraded_since_tick()},
                                    {"discover_every", engine.discover_every()},
                                    {"why", "the /proc scan took more than half the interval"}});
-    run_dir->finish(outcome, summary, engine.ticks(), missed);
+    run_dir->finish(outcome, summary, engine.ticks() - (primed ? 1 : 0), missed);
   }
   if (sqlite) {
     if (engine.discover_every() > 1)
       sqlite->update("degraded", {{"since_tick", engine.degraded_since_tick()},
                                   {"discover_every", engine.discover_every()},
                                   {"why", "the /proc scan took more than half the interval"}});
-    sqlite->finish(outcome, summary, engine.ticks(), missed);
+    sqlite->finish(outcome, summary, engine.ticks() - (primed ? 1 : 0), missed);
   }
   if (!streaming && !common.quiet) std::cerr << summary_text(summary);
   if (!common.summary_json.empty()) {

@@ -1,8 +1,18 @@
 // cpu (percent). System level: per-core busy share of /proc/stat between two ticks. Other levels:
-// the level's CPU time placed on the core each thread ran on (per-core columns over the CPUs the
-// target may use), and cpu_util_avg = level CPU time / interval / num_cpus × 100, including the
-// time of children that exited and were reaped between two ticks.
+// the level's CPU time (own time of its members, and the new time of children they reaped, see
+// PidSample) placed on the core each thread ran on, per-core columns over the CPUs the level may
+// use (NodeInfo::level_cpu_ids), and cpu_util_avg = level CPU time / interval / the level's
+// number of CPUs × 100.
+//
+// The levels are placed together, once per tick, so that they agree: no core of a level holds
+// more than the node's /proc/stat shows busy on it, process <= user and process <= slurm on every
+// core (the larger level starts from the process level's placement). Time the per-thread "last
+// CPU" placement or clock-tick accounting puts above what a core ran (a thread that migrated, a
+// tick per process and interval) moves to the level's other cores with room, else is carried into
+// the next interval: no row exceeds what its level could use, and the per-core columns add up to
+// the level's total, which stays exact over the run.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -26,47 +36,103 @@ class CpuCollector final : public Collector {
     system_ids_ = st->cpu_ids;
     if (system_ids_.empty()) return make_error(Errc::unavailable, path_ + ": no cpuN lines");
     int max_id = *std::max_element(system_ids_.begin(), system_ids_.end());
+    for (const auto& ids : node_.level_cpu_ids)
+      for (int id : ids) max_id = std::max(max_id, id);
     for (int id : node_.cpu_handles) max_id = std::max(max_id, id);
-    handle_index_.assign(static_cast<std::size_t>(max_id) + 1, -1);
-    for (std::size_t i = 0; i < node_.cpu_handles.size(); ++i)
-      handle_index_[static_cast<std::size_t>(node_.cpu_handles[i])] = static_cast<int>(i);
+    slots_ = static_cast<std::size_t>(max_id) + 1;
+    for (Level l : kAllLevels) {
+      auto& index = handle_index_[level_index(l)];
+      index.assign(slots_, -1);
+      const auto& ids = level_ids(l);
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        index[static_cast<std::size_t>(ids[i])] = static_cast<int>(i);
+    }
+    prev_ = std::move(*st);
     return {};
   }
 
   std::size_t devices(Level level) const override {
-    return level == Level::system ? system_ids_.size() : node_.cpu_handles.size();
+    return level == Level::system ? system_ids_.size() : level_ids(level).size();
   }
   ScanNeeds needs() const override { return {.io = false, .threads = true}; }
 
+  void snapshot(const TickContext& ctx) override {
+    read_system();
+    if (ctx.dt_s > 0 && ctx.procs) place_levels(ctx);
+  }
+
   Result<RawValue> collect(Level level, const TickContext& ctx) override {
-    if (level == Level::system) return collect_system();
-    return collect_level(level, ctx);
+    if (level == Level::system) {
+      if (!system_error_.empty()) return make_error(Errc::io, system_error_);
+      return RawValue(PerDevice{system_pct_, std::nullopt});
+    }
+    PerDevice out;
+    const auto& ids = level_ids(level);
+    if (ctx.dt_s <= 0) {  // the first tick has no interval to measure
+      out.values.assign(ids.size(), kNaN);
+      out.mean = kNaN;
+      return RawValue(std::move(out));
+    }
+    const auto& placed = placed_[level_index(level)];
+    double used = 0;
+    out.values.assign(ids.size(), 0.0);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const double v = placed[static_cast<std::size_t>(ids[i])];
+      out.values[i] = 100.0 * v / ctx.dt_s;
+      used += v;
+    }
+    out.mean = 100.0 * used / ctx.dt_s / level_cpus(level);
+    return RawValue(std::move(out));
   }
 
  private:
-  Result<RawValue> collect_system() {
+  // The level's CPUs; node info built without per-level sets (plugins' JSON) falls back to the
+  // target's CPUs.
+  const std::vector<int>& level_ids(Level l) const {
+    const auto& ids = node_.level_cpu_ids[level_index(l)];
+    if (!ids.empty()) return ids;
+    return l == Level::system ? system_ids_ : node_.cpu_handles;
+  }
+  double level_cpus(Level l) const {
+    const double n = node_.level_num_cpus[level_index(l)];
+    if (n > 0) return n;
+    return l == Level::system   ? static_cast<double>(system_ids_.size())
+           : node_.num_cpus > 0 ? node_.num_cpus
+                                : static_cast<double>(level_ids(l).size());
+  }
+
+  // /proc/stat: the system level's per-core percentages, and each core's busy share (the cap of
+  // every other level on that core).
+  void read_system() {
+    system_error_.clear();
+    system_pct_.assign(system_ids_.size(), kNaN);
+    busy_share_.assign(slots_, 1.0);  // unknown: the whole interval
     auto text = read_file(path_);
-    if (!text) return text.error();
+    if (!text) {
+      system_error_ = text.error().message;
+      return;
+    }
     auto st = procfs::parse_proc_stat(*text);
-    if (!st) return st.error();
-    PerDevice out;
-    out.values.assign(system_ids_.size(), kNaN);
+    if (!st) {
+      system_error_ = st.error().message;
+      return;
+    }
     // Two ticks within one clock tick of the kernel (e.g. the last sample of `sonde run` right
     // after a scheduled one) see no time pass: not measured, and the baseline stays.
-    if (!prev_.per_cpu.empty() && st->total.total() == prev_.total.total())
-      return RawValue(std::move(out));
-    if (!prev_.per_cpu.empty()) {
-      for (std::size_t i = 0; i < system_ids_.size(); ++i) {
-        const auto cur = find(*st, system_ids_[i]);
-        const auto old = find(prev_, system_ids_[i]);
-        if (!cur || !old) continue;  // CPU went offline
-        const double busy = static_cast<double>(cur->busy()) - static_cast<double>(old->busy());
-        const double total = static_cast<double>(cur->total()) - static_cast<double>(old->total());
-        if (total > 0) out.values[i] = std::clamp(100.0 * busy / total, 0.0, 100.0);
-      }
+    if (st->total.total() == prev_.total.total()) return;
+    for (std::size_t i = 0; i < system_ids_.size(); ++i) {
+      const auto cur = find(*st, system_ids_[i]);
+      const auto old = find(prev_, system_ids_[i]);
+      if (!cur || !old) continue;  // CPU went offline
+      const double busy = static_cast<double>(cur->busy()) - static_cast<double>(old->busy());
+      const double total = static_cast<double>(cur->total()) - static_cast<double>(old->total());
+      if (total <= 0) continue;
+      const double share = std::clamp(busy / total, 0.0, 1.0);
+      system_pct_[i] = 100.0 * share;
+      if (static_cast<std::size_t>(system_ids_[i]) < slots_)
+        busy_share_[static_cast<std::size_t>(system_ids_[i])] = share;
     }
     prev_ = std::move(*st);
-    return RawValue(std::move(out));
   }
 
   static std::optional<procfs::CpuTimes> find(const procfs::ProcStat& st, int id) {
@@ -75,74 +141,124 @@ class CpuCollector final : public Collector {
     return std::nullopt;
   }
 
-  Result<RawValue> collect_level(Level level, const TickContext& ctx) {
+  // Seconds per CPU id that the members of `level` ran this interval (own and reaped time),
+  // before any cap; time on a CPU outside the level's set is spread over the set.
+  std::vector<double> raw(Level level, const TickContext& ctx) const {
+    std::vector<double> out(slots_, 0.0);
     const auto& procs = *ctx.procs;
-    PerDevice out;
-    const std::size_t n = node_.cpu_handles.size();
-    if (ctx.dt_s <= 0) {  // the first tick has no interval to measure
-      out.values.assign(n, kNaN);
-      out.mean = kNaN;
-      return RawValue(std::move(out));
-    }
-    out.values.assign(n, 0.0);
-    const auto& mem = members(ctx, level);
-    double own = 0, children = 0, placed = 0;
-    for (auto i : mem) {
+    const auto& index = handle_index_[level_index(level)];
+    const auto& ids = level_ids(level);
+    double unplaced = 0;
+    for (auto i : members(ctx, level)) {
       const PidSample& p = procs.pids[i];
-      own += p.cpu_delta_s;
-      children += p.child_cpu_delta_s;
+      double placed = 0;
       for (auto s = p.share_begin; s < p.share_end; ++s) {
         const CpuShare& share = procs.shares[s];
-        const int idx = handle(share.cpu);
-        if (idx < 0) continue;  // ran on a CPU the target may not use (user/slurm levels)
-        out.values[static_cast<std::size_t>(idx)] += share.seconds;
+        if (share.cpu < 0 || static_cast<std::size_t>(share.cpu) >= slots_ ||
+            index[static_cast<std::size_t>(share.cpu)] < 0)
+          continue;
+        out[static_cast<std::size_t>(share.cpu)] += share.seconds;
         placed += share.seconds;
       }
+      unplaced += std::max(0.0, p.cpu_delta_s + p.reaped_cpu_s - placed);
     }
-    // Children reaped since the last tick: their whole life lands in the parent's cutime; the
-    // part we already counted while they were alive is subtracted.
-    const auto bit = static_cast<std::uint8_t>(1u << level_index(level));
-    for (const VanishedPid& v : procs.vanished) {
-      if (!(v.level_mask & bit)) continue;
-      const bool parent_in_level = std::any_of(mem.begin(), mem.end(), [&](std::uint32_t i) {
-        return procs.pids[i].pid == v.ppid && procs.pids[i].child_cpu_delta_s > 0;
-      });
-      if (parent_in_level) children -= v.last_total_cpu_s;
-    }
-    const double reaped = std::max(0.0, children);
-    if (reaped > 0) {
-      if (placed > 0) {
-        // Spread like the level's own time in this interval.
-        for (double& v : out.values) v += reaped * (v / placed);
-      } else {
-        // Nothing of the level ran itself: place it where the reaping parents ran.
-        double weight = 0;
-        for (auto i : mem) weight += procs.pids[i].child_cpu_delta_s;
-        for (auto i : mem) {
-          const PidSample& p = procs.pids[i];
-          const int idx = handle(p.processor);
-          if (p.child_cpu_delta_s > 0 && idx >= 0 && weight > 0)
-            out.values[static_cast<std::size_t>(idx)] += reaped * p.child_cpu_delta_s / weight;
-        }
-      }
-    }
-    // Per-core values are clamped at 100: clock-tick accounting jitters by a tick per interval.
-    for (double& v : out.values) v = std::min(100.0, 100.0 * v / ctx.dt_s);
-    const double cpus = node_.num_cpus > 0 ? node_.num_cpus : static_cast<double>(n);
-    out.mean = 100.0 * (own + reaped) / ctx.dt_s / cpus;
-    return RawValue(std::move(out));
+    if (unplaced > 0 && !ids.empty())
+      for (int id : ids)
+        out[static_cast<std::size_t>(id)] += unplaced / static_cast<double>(ids.size());
+    return out;
   }
 
-  int handle(int cpu) const {
-    if (cpu < 0 || static_cast<std::size_t>(cpu) >= handle_index_.size()) return -1;
-    return handle_index_[static_cast<std::size_t>(cpu)];
+  // Adds `want` (seconds per CPU id) onto `placed` without any CPU going above `cap`; what does
+  // not fit where it ran goes to the level's other CPUs with room, in proportion to their room.
+  // Returns what fits nowhere.
+  static double fill(std::vector<double>& placed, std::vector<double> want,
+                     const std::vector<double>& cap) {
+    double excess = 0, room = 0;
+    for (std::size_t j = 0; j < placed.size(); ++j) {
+      const double free = std::max(0.0, cap[j] - placed[j]);
+      const double take = std::min(want[j], free);
+      placed[j] += take;
+      excess += want[j] - take;
+      room += free - take;
+    }
+    if (excess <= 0 || room <= 0) return std::max(0.0, excess);
+    const double moved = std::min(excess, room);
+    for (std::size_t j = 0; j < placed.size(); ++j) {
+      const double free = std::max(0.0, cap[j] - placed[j]);
+      placed[j] += moved * free / room;
+    }
+    return excess - moved;
+  }
+
+  void place_levels(const TickContext& ctx) {
+    const double dt = ctx.dt_s;
+    auto cap_of = [&](Level l) {
+      std::vector<double> cap(slots_, 0.0);
+      for (int id : level_ids(l)) cap[static_cast<std::size_t>(id)] = busy_share_[id] * dt;
+      return cap;
+    };
+    // A carry is spread like this interval's own placement, or evenly when there is none.
+    auto with_carry = [&](std::vector<double> want, Level l) {
+      double& carry = carry_[level_index(l)];
+      if (carry <= 0) return want;
+      double sum = 0;
+      for (double v : want) sum += v;
+      const auto& ids = level_ids(l);
+      for (int id : ids) {
+        const auto j = static_cast<std::size_t>(id);
+        want[j] += sum > 0 ? carry * want[j] / sum : carry / static_cast<double>(ids.size());
+      }
+      carry = 0;
+      return want;
+    };
+    const auto pi = level_index(Level::process);
+    auto& process = placed_[pi];
+    process.assign(slots_, 0.0);
+    const std::vector<double> process_want = with_carry(raw(Level::process, ctx), Level::process);
+    carry_[pi] = fill(process, process_want, cap_of(Level::process));
+    for (Level l : {Level::user, Level::slurm}) {
+      const auto li = level_index(l);
+      auto& placed = placed_[li];
+      // The larger level holds the process level (it is a superset of it) and adds its other
+      // members where they ran.
+      placed.assign(slots_, 0.0);
+      std::vector<double> want = with_carry(raw(l, ctx), l);
+      const auto& index = handle_index_[li];
+      double moved = 0;
+      for (std::size_t j = 0; j < slots_; ++j) {
+        if (index[j] < 0) continue;
+        placed[j] = process[j];
+        const double take = std::min(want[j], process[j]);
+        want[j] -= take;
+        moved += take;
+      }
+      // What the process level placed outside this level's set (never, as sets go) or placed
+      // elsewhere than this level would have: taken from the rest of the want.
+      double owed = 0;
+      for (std::size_t j = 0; j < slots_; ++j) owed += index[j] >= 0 ? process[j] : 0;
+      owed -= moved;
+      for (std::size_t j = 0; j < slots_ && owed > 0; ++j) {
+        const double take = std::min(want[j], owed);
+        want[j] -= take;
+        owed -= take;
+      }
+      carry_[li] = fill(placed, want, cap_of(l));
+    }
   }
 
   std::string path_;
   const NodeInfo& node_;
   std::vector<int> system_ids_;
-  std::vector<int> handle_index_;  // CPU id → index in cpu_handles, -1 if not available
+  std::size_t slots_ = 0;  // CPU ids 0..slots_-1
   procfs::ProcStat prev_;
+  std::vector<double> system_pct_;
+  std::string system_error_;
+  std::vector<double> busy_share_;  // per CPU id: busy share of the interval (/proc/stat)
+  // Per level: seconds placed per CPU id this tick, and what did not fit, for the next interval.
+  std::array<std::vector<double>, kNumLevels> placed_;
+  std::array<double, kNumLevels> carry_{};
+  // Per level: CPU id → index in the level's CPU set, -1 if not in it.
+  std::array<std::vector<int>, kNumLevels> handle_index_;
 };
 }  // namespace
 

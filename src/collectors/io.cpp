@@ -1,10 +1,17 @@
 // io: read/write operations and bytes as cumulative counters (CumulativeRateHandler makes rates).
-// Pid levels: /proc/<pid>/io (syscr, syscw, read_bytes, write_bytes) summed as the growth of each
-// member since the previous tick, so a process leaving the level never makes the sum go back.
+// Pid levels: /proc/<pid>/io (syscr, syscw, read_bytes, write_bytes) of the level's members,
+// summed as the growth of each member since the previous tick, so a process leaving the level
+// never makes the sum go back. A parent's counters also grow by a child's whole life when it
+// reaps the child: what sonde already counted of the child (its last-read counters) is taken off
+// that growth, so each byte counts once (see PidSample::io_reaped_known). A level with a member
+// whose counters sonde may not read (another user's process) is not measured: empty columns.
 // System level: /proc/diskstats of whole physical disks (partitions and virtual devices would
 // count the same bytes twice).
 #include <algorithm>
 #include <array>
+#include <functional>
+
+#include <fmt/format.h>
 
 #include "collectors/builtin.hpp"
 #include "core/procfs.hpp"
@@ -15,7 +22,8 @@ constexpr double kSectorBytes = 512.0;
 
 class IoCollector final : public Collector {
  public:
-  explicit IoCollector(const Roots& roots) : roots_(roots) {}
+  IoCollector(const Roots& roots, std::function<void(const std::string&)> warn)
+      : roots_(roots), warn_(std::move(warn)) {}
 
   Result<void> setup() override {
     auto names = list_dir(roots_.sys + "/block");
@@ -32,16 +40,47 @@ class IoCollector final : public Collector {
 
   Result<RawValue> collect(Level level, const TickContext& ctx) override {
     if (level == Level::system) return collect_disks();
-    auto& acc = acc_[level_index(level)];
+    auto& raw = raw_[level_index(level)];
+    auto& shown = shown_[level_index(level)];
+    std::size_t denied = 0, readable = 0;
+    int denied_pid = 0;
     for (auto i : members(ctx, level)) {
       const PidSample& p = ctx.procs->pids[i];
+      if (p.io_denied) {
+        ++denied;
+        denied_pid = p.pid;
+      } else if (p.io_valid) {
+        ++readable;
+      }
       if (!p.io_valid) continue;
-      acc[0] += static_cast<double>(p.io_delta.syscr);
-      acc[1] += static_cast<double>(p.io_delta.syscw);
-      acc[2] += static_cast<double>(p.io_delta.read_bytes);
-      acc[3] += static_cast<double>(p.io_delta.write_bytes);
+      const procfs::PidIo& d = p.io_delta;
+      const procfs::PidIo& k = p.io_reaped_known;
+      raw[0] += static_cast<double>(d.syscr) - static_cast<double>(k.syscr);
+      raw[1] += static_cast<double>(d.syscw) - static_cast<double>(k.syscw);
+      raw[2] += static_cast<double>(d.read_bytes) - static_cast<double>(k.read_bytes);
+      raw[3] += static_cast<double>(d.write_bytes) - static_cast<double>(k.write_bytes);
     }
-    return RawValue(Counters{{acc.begin(), acc.end()}});
+    // A reap can show in stat (where it is matched) a read before it shows in io: the sum may
+    // dip for a tick, and the counters shown never go back.
+    for (std::size_t c = 0; c < 4; ++c) shown[c] = std::max(shown[c], raw[c]);
+    Counters out{{shown.begin(), shown.end()}};
+    // The process tree is measured whole or not at all; a user or job level with some unreadable
+    // members (other users' processes in the job, a container's init) counts the readable ones.
+    const bool whole = level == Level::process;
+    if (denied > 0 && (whole || readable == 0)) out.measured = false;
+    auto& warned = warned_[level_index(level)];
+    if (denied > 0 && !warned && warn_) {
+      warned = true;
+      warn_(out.measured
+                ? fmt::format("/proc/<pid>/io of {} process(es) of the {} level (e.g. {}) is not "
+                              "readable (permission denied): the level's I/O leaves them out",
+                              denied, level_name(level), denied_pid)
+                : fmt::format("/proc/{}/io is not readable (permission denied): the I/O columns "
+                              "of the {} level are left empty (run sonde as the process's user or "
+                              "as root to measure them)",
+                              denied_pid, level_name(level)));
+    }
+    return RawValue(std::move(out));
   }
 
  private:
@@ -63,7 +102,10 @@ class IoCollector final : public Collector {
 
   Roots roots_;
   std::vector<std::string> disks_;
-  std::array<std::array<double, 4>, kNumLevels> acc_{};
+  std::array<std::array<double, 4>, kNumLevels> raw_{};
+  std::array<std::array<double, 4>, kNumLevels> shown_{};
+  std::function<void(const std::string&)> warn_;
+  std::array<bool, kNumLevels> warned_{};
 };
 }  // namespace
 
@@ -72,7 +114,7 @@ CollectorInfo io_info() {
           "read/write operations and bytes per second (pid levels: /proc/<pid>/io; node: disks)",
           {},
           false,
-          [](const CollectorArgs& a) { return std::make_unique<IoCollector>(*a.roots); }};
+          [](const CollectorArgs& a) { return std::make_unique<IoCollector>(*a.roots, a.warn); }};
 }
 
 }  // namespace sonde::collectors

@@ -273,6 +273,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
   return e;
 }
 
+void Engine::defer_fd_budget() {
+  fd_budget_set_ = true;
+  scanner_->set_fd_budget(0);
+}
+
+void Engine::apply_fd_budget() {
+  fd_budget_set_ = true;
+  scanner_->set_fd_budget(fd_budget());
+}
+
 void Engine::set_target_pid(int pid) {
   opts_.target.pid = pid;
   scanner_->set_target_pid(pid);
@@ -351,7 +361,7 @@ void Engine::record_failure(CollectorSlot& slot, const std::string& message) {
 }
 
 const Engine::Tick& Engine::tick() {
-  if (ticks_ == 0) scanner_->set_fd_budget(fd_budget());
+  if (!fd_budget_set_) apply_fd_budget();
   TickContext& ctx = tick_.ctx;
   ctx.time_s = monotonic_now();
   ctx.wallclock_s = wallclock_now();

@@ -69,6 +69,12 @@ class Engine {
   const Tick& tick();
 
   void set_target_pid(int pid);
+  /// `sonde run` takes its first tick before it starts the command (a baseline: nothing the
+  /// command does is before it), and sonde's open-file limit must not be raised before the command
+  /// inherits the limit: until apply_fd_budget() the scanner keeps no /proc files open.
+  void defer_fd_budget();
+  /// Raises sonde's own open-file limit and lets the scanner keep files open within it.
+  void apply_fd_budget();
   const std::vector<Level>& levels() const { return levels_; }
   bool active(Level l) const { return active_[level_index(l)]; }
   const std::vector<std::string>& columns(Level l) const { return columns_[level_index(l)]; }
@@ -77,6 +83,8 @@ class Engine {
   const std::vector<CollectorSlot>& collectors() const { return slots_; }
   double interval_s() const { return interval_s_; }
   std::uint64_t ticks() const { return ticks_; }
+  /// Monotonic time of the last tick, in seconds.
+  double tick_time() const { return tick_.ctx.time_s; }
   /// CPU-less wall time spent in the /proc scan, summed over ticks.
   double scan_s() const { return scan_s_; }
   /// Graceful degradation: when the /proc scan takes more than half the interval, /proc is listed
@@ -107,6 +115,7 @@ class Engine {
   std::unique_ptr<ProcScanner> scanner_;
   Tick tick_;
   std::uint64_t ticks_ = 0;
+  bool fd_budget_set_ = false;
   double prev_time_s_ = -1;
   double scan_s_ = 0;
   std::uint64_t degraded_since_tick_ = 0;

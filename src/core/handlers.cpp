@@ -137,6 +137,11 @@ class CumulativeRateHandler final : public Handler {
       return make_error(Errc::failed, fmt::format("expected {} counters, got {}", columns_.size(),
                                                   c->values.size()));
     State& st = state_[level_index(level)];
+    if (!c->measured) {  // not measured: empty, and the next measured value is a new baseline
+      std::fill(out.begin(), out.end(), kNaN);
+      st.valid = false;
+      return {};
+    }
     const bool first = !st.valid;
     if (first) {
       st.prev.assign(columns_.size(), kNaN);
@@ -153,7 +158,7 @@ class CumulativeRateHandler final : public Handler {
         continue;  // keep the previous baseline
       }
       if (first || std::isnan(prev))
-        out[i] = first ? 0.0 : kNaN;
+        out[i] = kNaN;  // no interval yet: not measured (never a made-up 0)
       else if (cur < prev || dt <= 0)
         out[i] = 0.0;
       else

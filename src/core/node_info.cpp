@@ -6,6 +6,8 @@
 #include <charconv>
 #include <system_error>
 
+#include <fmt/format.h>
+
 #include "core/procfs.hpp"
 
 namespace sonde {
@@ -206,6 +208,55 @@ Result<NodeInfo> discover_node_info(const Roots& roots, const TargetInfo& target
   info.cpu_quota = quota;
   info.num_cpus = static_cast<double>(info.cpu_handles.size());
   if (quota) info.num_cpus = std::min(info.num_cpus, *quota);
+
+  // What 100 % CPU means per level.
+  {
+    const auto pi = level_index(Level::process), ui = level_index(Level::user),
+               si = level_index(Level::slurm), yi = level_index(Level::system);
+    info.level_cpu_ids[pi] = info.cpu_handles;
+    info.level_num_cpus[pi] = info.num_cpus;
+    info.level_cpus_source[pi] =
+        quota && *quota < static_cast<double>(info.cpu_handles.size())
+            ? fmt::format("the target's cgroup CPU quota ({:g} CPUs)", *quota)
+            : "the target's CPU affinity";
+    std::vector<int> node_ids = info.system_cpu_ids;
+    std::sort(node_ids.begin(), node_ids.end());
+    for (auto i : {ui, si, yi}) {
+      info.level_cpu_ids[i] = node_ids;
+      info.level_num_cpus[i] = static_cast<double>(node_ids.size());
+      info.level_cpus_source[i] = "every CPU of the node";
+    }
+    info.level_cpus_source[ui] = "every CPU of the node (a user's processes may run on any)";
+    if (target.slurm_job) {
+      const std::string job_dir_name = "job_" + *target.slurm_job;
+      const auto v1_cpuset_chain = cgroup_chain(roots, cgroups, mounts, false, "cpuset");
+      std::optional<std::vector<int>> job_cpus;
+      std::string where;
+      for (const auto* chain : {&v2_chain, &v1_cpuset_chain}) {
+        if (job_cpus) break;
+        auto i = find_job_dir(*chain, job_dir_name);
+        if (!i) continue;
+        for (const char* file : {"cpuset.cpus.effective", "cpuset.effective_cpus", "cpuset.cpus"}) {
+          auto text = read_file((*chain)[*i].dir + "/" + file);
+          if (!text) continue;
+          auto list = procfs::parse_cpu_list(*text);
+          if (list && !list->empty()) {
+            job_cpus = std::move(*list);
+            where = fmt::format("the job's cgroup cpuset ({} {})", (*chain)[*i].cgroup_path, file);
+            break;
+          }
+        }
+      }
+      if (job_cpus) {
+        std::sort(job_cpus->begin(), job_cpus->end());
+        info.level_cpu_ids[si] = *job_cpus;
+        info.level_num_cpus[si] = static_cast<double>(job_cpus->size());
+        info.level_cpus_source[si] = where;
+      } else {
+        info.level_cpus_source[si] = "every CPU of the node (no cgroup cpuset for the job found)";
+      }
+    }
+  }
 
   // Memory limits per level.
   std::optional<Limit> process;

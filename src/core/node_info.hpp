@@ -21,6 +21,13 @@ struct NodeInfo {
   std::vector<int> cpu_handles;     ///< CPUs the target may run on (affinity), sorted
   double num_cpus = 0;              ///< CPUs available to the target: min(affinity, cgroup quota)
   std::optional<double> cpu_quota;  ///< cgroup cpu.max / cfs quota in CPUs, when limited
+  /// What 100 % CPU means per level (index: level_index): the CPUs the level's processes may run
+  /// on. process: the target's affinity, capped by its cgroup quota (= cpu_handles, num_cpus);
+  /// user: every CPU of the node (a user's processes may run anywhere); slurm: the job's cgroup
+  /// cpuset where there is one, else the node; system: the node.
+  std::array<std::vector<int>, kNumLevels> level_cpu_ids{};
+  std::array<double, kNumLevels> level_num_cpus{};
+  std::array<std::string, kNumLevels> level_cpus_source{};
   std::uint64_t mem_total_bytes = 0;
   /// Memory limit per level in bytes (index: level_index); MemTotal when nothing smaller applies.
   std::array<std::uint64_t, kNumLevels> memory_limit_bytes{};

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 
 namespace sonde {
@@ -16,7 +17,7 @@ struct ProcScanner::Entry {
   // Fixed at discovery.
   int ppid = 0;
   int live_ppid =
-      0;  ///< the parent at the last read (an orphan's is its reaper: init, a subreaper)
+      0;  ///< the parent at the last read (an orphan's is its reaper: init or a subreaper)
   std::uint32_t uid = 0;
   std::uint64_t starttime_ticks = 0;
   std::optional<std::string> slurm_job;
@@ -26,18 +27,37 @@ struct ProcScanner::Entry {
   std::uint8_t level_mask = 0;
   // Kept open across ticks while the fd budget allows.
   int stat_fd = -1;
+  int statm_fd = -1;
   int io_fd = -1;
   bool io_denied = false;
   // Previous tick.
   bool have_prev = false;
-  bool count_full_life = false;  // first seen after the first scan: nothing counted it yet
+  std::uint64_t read_generation = 0;  // the scan of the last read
+  bool count_full_life = false;       // started while sonde watches: nothing before it to leave out
+  bool reported_reaped = false;       // already reported as vanished (reaped right after its read)
   std::uint64_t prev_cpu_ticks = 0;
   std::uint64_t prev_child_ticks = 0;
+  std::uint64_t prev_cminflt = 0;
+  std::uint64_t prev_cminflt_growth = 0;  // at this tick's read: the budget for reaped children
   bool prev_io_valid = false;
   procfs::PidIo prev_io;
-  double last_total_cpu_s = 0;  // counted CPU: total now minus the baseline
-  double base_total_cpu_s = 0;  // total when first seen, if that was a baseline
-  std::vector<std::pair<int, std::uint64_t>> thread_ticks;  // tid → utime+stime, sorted by tid
+  // What is known of it: its totals at the last read, or when discovered (0 when born since).
+  double known_cpu_s = 0;
+  std::uint64_t known_faults = 0;
+  bool io_known = false;
+  procfs::PidIo known_io;
+  std::vector<CpuShare> last_cpus;  // where its last interval's own CPU went
+  double last_delta_s = 0;
+  // Threads of a multi-threaded member: tid → utime+stime and CPU at the last thread read, and
+  // the process's own ticks then (threads that exit leave their time in the process's total).
+  struct Thread {
+    int tid = 0;
+    std::uint64_t ticks = 0;
+    int cpu = -1;
+  };
+  std::vector<Thread> threads;  // sorted by tid
+  std::uint64_t threads_proc_ticks = 0;
+  bool threads_read = false;
 };
 
 namespace {
@@ -100,6 +120,7 @@ ProcScanner::ProcScanner(Roots roots, TargetInfo target, std::array<bool, kNumLe
 ProcScanner::~ProcScanner() {
   for (auto& [pid, e] : entries_) {
     close_fd(e->stat_fd, fds_open_);
+    close_fd(e->statm_fd, fds_open_);
     close_fd(e->io_fd, fds_open_);
   }
   if (proc_dir_fd_ >= 0) ::close(proc_dir_fd_);
@@ -107,9 +128,20 @@ ProcScanner::~ProcScanner() {
 
 void ProcScanner::set_target_pid(int pid) {
   target_.pid = pid;
+  // Membership is re-evaluated; a pid's previous read still counts only if it was at the last
+  // scan (see refresh), so nothing from before that scan is attributed to a new member.
   for (auto& [p, e] : entries_) e->resolved = false;
-  // Membership changes: what was seen before this point is a baseline, not new life.
-  for (auto& [p, e] : entries_) e->have_prev = false;
+}
+
+void ProcScanner::set_count_from(double boottime_s) {
+  // starttime is in whole clock ticks, truncated: a pid started in the same tick counts.
+  count_from_ticks_ = static_cast<std::uint64_t>(std::max(0.0, std::floor(boottime_s * clk_tck_)));
+}
+
+void ProcScanner::set_adopter(int pid, std::function<bool(int)> is_helper) {
+  adopter_ = pid;
+  is_helper_ = std::move(is_helper);
+  for (auto& [p, e] : entries_) e->resolved = false;
 }
 
 bool ProcScanner::discover(int pid, Entry& e) {
@@ -123,6 +155,11 @@ bool ProcScanner::discover(int pid, Entry& e) {
   e.live_ppid = st->ppid;
   e.starttime_ticks = st->starttime_ticks;
   e.comm = std::move(st->comm);
+  // What it had used when sonde first saw it: the part a reaping parent must not count again.
+  e.known_cpu_s =
+      static_cast<double>(st->utime_ticks + st->stime_ticks + st->cutime_ticks + st->cstime_ticks) /
+      clk_tck_;
+  e.known_faults = st->minflt + st->cminflt;
   if (active_[level_index(Level::user)]) {
     auto status = read_file(roots_.proc + "/" + dir + "/status");
     if (!status) return false;
@@ -135,6 +172,20 @@ bool ProcScanner::discover(int pid, Entry& e) {
     if (env) e.slurm_job = procfs::environ_value(*env, "SLURM_JOB_ID");
   }
   return true;
+}
+
+ProcScanner::Pending ProcScanner::pending_of(int pid, const Entry& e) const {
+  Pending p;
+  p.pid.pid = pid;
+  p.pid.ppid = e.live_ppid;
+  p.pid.known_cpu_s = e.known_cpu_s;
+  p.pid.known_faults = e.known_faults;
+  p.pid.io_known = e.io_known;
+  p.pid.known_io = e.known_io;
+  p.pid.level_mask = e.level_mask;
+  p.last_cpus = e.last_cpus;
+  p.last_delta_s = e.last_delta_s;
+  return p;
 }
 
 const ProcSnapshot& ProcScanner::scan(double boottime_s) {
@@ -173,18 +224,34 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
           entries_.erase(pid);
           continue;
         }
-        slot->count_full_life = !first_scan;
+        // Started since the previous listing, or since the instant sonde counts from: its whole
+        // life happened while sonde watched, and nothing of it is known yet.
+        slot->count_full_life =
+            !first_scan || (count_from_ticks_ > 0 && slot->starttime_ticks >= count_from_ticks_);
+        if (slot->count_full_life) {
+          slot->known_cpu_s = 0;
+          slot->known_faults = 0;
+          slot->io_known = true;  // zero
+        }
       }
       slot->seen_generation = generation_;
     }
 
-    // 3. Forget pids that are gone; members seen at the previous tick are reported as vanished.
+    // 3. Forget pids that are gone. A member, or any pid whose parent is a member, was reaped
+    // into its parent's counters: it waits to be matched with that growth.
     for (auto it = entries_.begin(); it != entries_.end();) {
       Entry& e = *it->second;
       if (e.seen_generation != generation_) {
-        if (e.have_prev && e.level_mask)
-          pending_.push_back({{it->first, e.live_ppid, e.last_total_cpu_s, e.level_mask}, 0});
+        if (!e.reported_reaped) {
+          bool parent_member = false;
+          if (!e.level_mask) {
+            auto parent = entries_.find(e.live_ppid);
+            parent_member = parent != entries_.end() && parent->second->level_mask != 0;
+          }
+          if (e.level_mask || parent_member) pending_.push_back(pending_of(it->first, e));
+        }
         close_fd(e.stat_fd, fds_open_);
+        close_fd(e.statm_fd, fds_open_);
         close_fd(e.io_fd, fds_open_);
         it = entries_.erase(it);
       } else {
@@ -196,7 +263,9 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   snap_->total_pids = total_pids_;
 
   // 4. Level membership: the process level follows parent pids from the target (membership is
-  // kept when a descendant is re-parented); user and slurm include the process level.
+  // kept when a descendant is re-parented); user and slurm include the process level. Under
+  // `sonde run`, sonde is the subreaper of its command: a pid whose parent is sonde (and that is
+  // not one of sonde's plugin children) is an orphan of the tree.
   const auto bit = [](Level l) { return static_cast<std::uint8_t>(1u << level_index(l)); };
   auto resolve = [&](auto&& self, int pid, Entry& e) -> std::uint8_t {
     if (e.resolved) return e.level_mask;
@@ -205,9 +274,13 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
     std::uint8_t mask = 0;
     bool in_tree = target_.pid > 0 && pid == target_.pid;
     if (!in_tree && target_.pid > 0 && e.ppid > 0) {
-      auto parent = entries_.find(e.ppid);
-      if (parent != entries_.end())
-        in_tree = self(self, e.ppid, *parent->second) & bit(Level::process);
+      if (adopter_ > 0 && e.ppid == adopter_) {
+        in_tree = !(is_helper_ && is_helper_(pid));
+      } else {
+        auto parent = entries_.find(e.ppid);
+        if (parent != entries_.end())
+          in_tree = self(self, e.ppid, *parent->second) & bit(Level::process);
+      }
     }
     if (in_tree && active_[level_index(Level::process)]) mask |= bit(Level::process);
     if (active_[level_index(Level::user)] && (in_tree || e.uid == target_.uid))
@@ -233,7 +306,7 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
     std::uint8_t mask = e.level_mask;
     if (!active_[level_index(Level::process)])
       mask &= static_cast<std::uint8_t>(~bit(Level::process));
-    if (mask == 0) continue;
+    if (mask == 0 || e.reported_reaped) continue;
     PidSample s;
     if (!refresh(pid, e, prev_boottime_s_, s)) continue;
     s.level_mask = mask;
@@ -244,17 +317,21 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
     snap_->pids.push_back(s);
   }
   match_vanished();
+  place_reaped();
   prev_boottime_s_ = boottime_s;
   return *snap_;
 }
 
 void ProcScanner::match_vanished() {
-  if (pending_.empty()) return;
-  // Each member's cutime growth at this tick is a budget that the children it reaped consume,
-  // oldest first. A child whose parent has not shown the growth yet waits a few ticks; one whose
-  // parent is gone or not sampled is dropped (its time went to a process outside the levels).
-  // A child whose parent vanished too (bash → timeout → sh): its time reaches the nearest
-  // ancestor still alive, through the parent's final cutime.
+  matched_.clear();
+  if (pending_.empty() && snap_->pids.empty()) return;
+  // A parent's cminflt grows, when it reaps a child, by the child's minflt + cminflt: an exact
+  // count, never zero for a process that ran, read under the same lock as cutime/cstime. Each
+  // member's growth at this tick is a budget that the children it reaped consume, oldest first.
+  // A child whose parent has not shown the growth yet waits a few ticks; one whose parent is gone
+  // or not sampled is dropped (its time went to a process outside the levels). A child whose
+  // parent vanished too (bash → timeout → sh) reached the nearest ancestor still alive through
+  // the parent's final counters.
   std::unordered_map<int, int> parent_of;
   for (const Pending& p : pending_) parent_of.emplace(p.pid.pid, p.pid.ppid);
   for (Pending& p : pending_) {
@@ -264,59 +341,135 @@ void ProcScanner::match_vanished() {
       p.pid.ppid = up->second;
     }
   }
-  std::unordered_map<int, double> budget;
-  for (const PidSample& p : snap_->pids)
-    if (p.child_cpu_delta_s > 0) budget.emplace(p.pid, p.child_cpu_delta_s);
-  const double slack = 1.5 / clk_tck_;  // the child may have run up to a tick after last seen
+  std::unordered_map<int, std::uint64_t> budget;  // pid → cminflt growth not yet explained
+  for (const PidSample& p : snap_->pids) {
+    auto e = entries_.find(p.pid);
+    if (e != entries_.end() && e->second->prev_cminflt_growth > 0)
+      budget.emplace(p.pid, e->second->prev_cminflt_growth);
+  }
   std::size_t kept = 0;
   for (Pending& p : pending_) {
     auto b = budget.find(p.pid.ppid);
-    if (b != budget.end() && p.pid.last_total_cpu_s <= b->second + slack) {
-      b->second = std::max(0.0, b->second - p.pid.last_total_cpu_s);
+    if (b != budget.end() && p.pid.known_faults <= b->second) {
+      b->second -= p.pid.known_faults;
+      matched_[p.pid.ppid].push_back(p);
       snap_->vanished.push_back(p.pid);
       continue;
     }
     const bool parent_alive = entries_.count(p.pid.ppid) > 0;
-    if (parent_alive && ++p.age <= 4) pending_[kept++] = p;
+    if (parent_alive && ++p.age <= 4) pending_[kept++] = std::move(p);
   }
   pending_.resize(kept);
   // Growth left over: a child read at this tick (alive or zombie) was reaped after its read and
   // before its parent's. It is gone now: report it at this tick, with what was just read of it,
-  // so that its time is not counted twice.
+  // so that nothing of it is counted twice.
   for (auto it = budget.begin(); it != budget.end();)
-    it = it->second > slack ? std::next(it) : budget.erase(it);
-  if (budget.empty()) return;
-  for (const PidSample& c : snap_->pids) {
-    auto b = budget.find(c.ppid);
-    if (b == budget.end() || b->second <= slack) continue;
-    const std::string dir = roots_.proc + "/" + std::to_string(c.pid);
-    if (::access(dir.c_str(), F_OK) == 0) continue;
-    auto e = entries_.find(c.pid);
-    if (e == entries_.end()) continue;
-    const double total = c.cpu_s + c.child_cpu_s;
-    snap_->vanished.push_back({c.pid, c.ppid, total, e->second->level_mask});
-    b->second = std::max(0.0, b->second - total);
-    e->second->have_prev = false;  // reported: not again when the next listing misses it
-    e->second->level_mask = 0;
+    it = it->second > 0 ? std::next(it) : budget.erase(it);
+  if (!budget.empty()) {
+    for (const PidSample& c : snap_->pids) {
+      auto b = budget.find(c.ppid);
+      if (b == budget.end()) continue;
+      auto e = entries_.find(c.pid);
+      if (e == entries_.end() || e->second->known_faults > b->second) continue;
+      const std::string dir = roots_.proc + "/" + std::to_string(c.pid);
+      if (::access(dir.c_str(), F_OK) == 0) continue;
+      Pending p = pending_of(c.pid, *e->second);
+      p.pid.ppid = c.ppid;
+      b->second -= p.pid.known_faults;
+      matched_[c.ppid].push_back(p);
+      snap_->vanished.push_back(p.pid);
+      e->second->reported_reaped = true;  // not again when the next listing misses it
+      e->second->level_mask = 0;
+    }
+  }
+}
+
+void ProcScanner::place_reaped() {
+  // Each member's new reaped CPU: its children's growth less what was known of the children it
+  // reaped; placed where those children ran last (weighted by their last interval's CPU), or,
+  // for children sonde never saw, where the parent ran.
+  for (PidSample& p : snap_->pids) {
+    double known = 0;
+    auto m = matched_.find(p.pid);
+    if (m != matched_.end()) {
+      for (const Pending& c : m->second) {
+        known += c.pid.known_cpu_s;
+        if (c.pid.io_known) {
+          p.io_reaped_known.rchar += c.pid.known_io.rchar;
+          p.io_reaped_known.wchar += c.pid.known_io.wchar;
+          p.io_reaped_known.syscr += c.pid.known_io.syscr;
+          p.io_reaped_known.syscw += c.pid.known_io.syscw;
+          p.io_reaped_known.read_bytes += c.pid.known_io.read_bytes;
+          p.io_reaped_known.write_bytes += c.pid.known_io.write_bytes;
+          p.io_reaped_known.cancelled_write_bytes += c.pid.known_io.cancelled_write_bytes;
+        }
+      }
+    }
+    p.reaped_cpu_s = std::max(0.0, p.child_cpu_delta_s - known);
+    if (p.reaped_cpu_s <= 0) continue;
+    if (!needs_.threads) continue;
+    // Shares must stay contiguous per pid: own shares are the last ones only for the last pid,
+    // so the reaped shares are appended and the pid's range is moved to a fresh copy.
+    std::vector<CpuShare> placed;
+    double weight = 0;
+    if (m != matched_.end()) {
+      for (const Pending& c : m->second)
+        for (const CpuShare& sh : c.last_cpus)
+          weight += sh.seconds * std::max(c.last_delta_s, 1e-9);
+    }
+    if (weight > 0) {
+      for (const Pending& c : m->second)
+        for (const CpuShare& sh : c.last_cpus)
+          placed.push_back(
+              {sh.cpu, p.reaped_cpu_s * sh.seconds * std::max(c.last_delta_s, 1e-9) / weight});
+    } else {
+      placed.push_back({p.processor, p.reaped_cpu_s});
+    }
+    const auto begin = static_cast<std::uint32_t>(snap_->shares.size());
+    for (auto i = p.share_begin; i < p.share_end; ++i) {
+      const CpuShare own = snap_->shares[i];
+      snap_->shares.push_back(own);
+    }
+    snap_->shares.insert(snap_->shares.end(), placed.begin(), placed.end());
+    p.share_begin = begin;
+    p.share_end = static_cast<std::uint32_t>(snap_->shares.size());
   }
 }
 
 bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSample& s) {
   const std::string dir = std::to_string(pid);
-  const bool keep = fds_open_ < fd_budget_;
-  if (e.stat_fd < 0 && !keep) ++snap_->reopened_per_tick;
-  long n = read_proc(proc_dir_fd_, dir + "/stat", e.stat_fd, keep, fds_open_, buf_);
-  if (n <= 0) {
-    // Gone (ESRCH on a kept fd); the next readdir drops it. Report it as vanished now so its
-    // reaped time is not double counted by its parent.
-    if (e.have_prev && e.level_mask)
-      pending_.push_back({{pid, e.live_ppid, e.last_total_cpu_s, e.level_mask}, 0});
+  auto gone = [&] {
+    // Gone (ESRCH on a kept fd); the next readdir drops it. Report it as vanished now so that its
+    // reaped time is matched with its parent's growth.
+    if (!e.reported_reaped) pending_.push_back(pending_of(pid, e));
+    e.reported_reaped = true;
     e.have_prev = false;
     e.level_mask = 0;
     close_fd(e.stat_fd, fds_open_);
+    close_fd(e.statm_fd, fds_open_);
     close_fd(e.io_fd, fds_open_);
     return false;
+  };
+  // /proc/<pid>/io first, then stat: a child reaped between the two reads shows in stat (where
+  // its reap is matched) no earlier than in io, so its known I/O is never subtracted a tick late.
+  std::optional<procfs::PidIo> io;
+  if (needs_.io && !e.io_denied) {
+    const bool keep_io = fds_open_ < fd_budget_;
+    if (e.io_fd < 0 && !keep_io) ++snap_->reopened_per_tick;
+    const long m = read_proc(proc_dir_fd_, dir + "/io", e.io_fd, keep_io, fds_open_, buf_);
+    if (m == -EACCES || m == -EPERM) {
+      e.io_denied = true;
+    } else if (m > 0) {
+      auto parsed =
+          procfs::parse_pid_io(std::string_view(buf_.data(), static_cast<std::size_t>(m)));
+      if (parsed) io = *parsed;
+    }
   }
+
+  const bool keep = fds_open_ < fd_budget_;
+  if (e.stat_fd < 0 && !keep) ++snap_->reopened_per_tick;
+  long n = read_proc(proc_dir_fd_, dir + "/stat", e.stat_fd, keep, fds_open_, buf_);
+  if (n <= 0) return gone();
   auto st = procfs::parse_pid_stat(std::string_view(buf_.data(), static_cast<std::size_t>(n)));
   if (!st) return false;
 
@@ -328,11 +481,27 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
   s.uid = e.uid;
   s.starttime_ticks = e.starttime_ticks;
   s.comm = &e.comm;
+  s.state = st->state;
   s.cpu_s = static_cast<double>(cpu_ticks) / clk_tck_;
   s.child_cpu_s = static_cast<double>(child_ticks) / clk_tck_;
-  s.rss_bytes = st->rss_pages * page_size_;
   s.processor = st->processor;
   s.num_threads = st->num_threads;
+
+  // Memory: statm's resident field is exact; stat's rss is a per-CPU-batched approximation.
+  {
+    const bool keep_m = fds_open_ < fd_budget_;
+    if (e.statm_fd < 0 && !keep_m) ++snap_->reopened_per_tick;
+    const long m = read_proc(proc_dir_fd_, dir + "/statm", e.statm_fd, keep_m, fds_open_, buf_);
+    auto statm =
+        m > 0 ? procfs::parse_pid_statm(std::string_view(buf_.data(), static_cast<std::size_t>(m)))
+              : Result<procfs::PidStatm>(make_error(Errc::io, "gone"));
+    s.rss_bytes = (statm ? statm->resident_pages : st->rss_pages) * page_size_;
+  }
+
+  e.prev_cminflt_growth = 0;
+  // Deltas only against a read at the previous scan: a pid that was not read then (it was not a
+  // member) takes this read as its baseline.
+  if (e.have_prev && e.read_generation + 1 != generation_) e.have_prev = false;
   if (e.have_prev) {
     s.cpu_delta_s =
         static_cast<double>(cpu_ticks > e.prev_cpu_ticks ? cpu_ticks - e.prev_cpu_ticks : 0) /
@@ -341,58 +510,70 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
         static_cast<double>(child_ticks > e.prev_child_ticks ? child_ticks - e.prev_child_ticks
                                                              : 0) /
         clk_tck_;
+    e.prev_cminflt_growth = st->cminflt > e.prev_cminflt ? st->cminflt - e.prev_cminflt : 0;
   } else if (e.count_full_life) {
     s.cpu_delta_s = s.cpu_s;
     s.child_cpu_delta_s = s.child_cpu_s;
-  } else {
-    e.base_total_cpu_s = s.cpu_s + s.child_cpu_s;
+    e.prev_cminflt_growth = st->cminflt;
   }
 
-  if (needs_.io && !e.io_denied) {
-    const bool keep_io = fds_open_ < fd_budget_;
-    if (e.io_fd < 0 && !keep_io) ++snap_->reopened_per_tick;
-    const long m = read_proc(proc_dir_fd_, dir + "/io", e.io_fd, keep_io, fds_open_, buf_);
-    if (m == -EACCES || m == -EPERM) {
-      e.io_denied = true;
-    } else if (m > 0) {
-      auto io = procfs::parse_pid_io(std::string_view(buf_.data(), static_cast<std::size_t>(m)));
-      if (io) {
-        s.io_valid = true;
-        s.io = *io;
-        if (e.have_prev && e.prev_io_valid)
-          s.io_delta = io_delta(*io, e.prev_io);
-        else if (!e.have_prev && e.count_full_life)
-          s.io_delta = *io;
-        e.prev_io = *io;
-        e.prev_io_valid = true;
-      }
+  s.io_denied = e.io_denied;
+  if (io) {
+    s.io_valid = true;
+    s.io = *io;
+    if (e.have_prev && e.prev_io_valid)
+      s.io_delta = io_delta(*io, e.prev_io);
+    else if (!e.have_prev && e.count_full_life)
+      s.io_delta = *io;
+    e.prev_io = *io;
+    e.prev_io_valid = true;
+    e.known_io = *io;
+    e.io_known = true;
+  } else if (!e.have_prev && !e.count_full_life) {
+    e.io_known = false;  // a baseline without its I/O: unknown
+  }
+
+  // CPU placement: single-threaded processes ran on `processor`; multi-threaded ones are split
+  // over their threads' CPUs in proportion to each thread's CPU time since last read, and what
+  // threads that exited used stays on the CPUs they last ran on.
+  s.share_begin = static_cast<std::uint32_t>(snap_->shares.size());
+  if (needs_.threads) {
+    if (st->num_threads > 1 || e.threads.size() > 1) {
+      if (s.cpu_delta_s > 0 || !e.threads_read) read_threads(pid, e, s, cpu_ticks);
+    } else {
+      if (s.cpu_delta_s > 0) snap_->shares.push_back({st->processor, s.cpu_delta_s});
+      // The main thread is tracked so that threads started later are weighed against it.
+      e.threads.assign(1, {pid, cpu_ticks, st->processor});
+      e.threads_proc_ticks = cpu_ticks;
+      e.threads_read = true;
     }
   }
-
-  // CPU placement: single-threaded processes ran on `processor`; busy multi-threaded ones are
-  // split over their threads' CPUs in proportion to each thread's CPU time since last read.
-  s.share_begin = static_cast<std::uint32_t>(snap_->shares.size());
-  if (needs_.threads && s.cpu_delta_s > 0) {
-    if (st->num_threads > 1)
-      read_threads(pid, e, s);
-    else
-      snap_->shares.push_back({st->processor, s.cpu_delta_s});
-  }
   s.share_end = static_cast<std::uint32_t>(snap_->shares.size());
+  if (s.cpu_delta_s > 0) {
+    e.last_cpus.clear();
+    for (auto i = s.share_begin; i < s.share_end; ++i)
+      e.last_cpus.push_back({snap_->shares[i].cpu, snap_->shares[i].seconds / s.cpu_delta_s});
+  } else if (e.last_cpus.empty()) {
+    e.last_cpus.push_back({st->processor, 1.0});
+  }
+  e.last_delta_s = s.cpu_delta_s;
 
   e.prev_cpu_ticks = cpu_ticks;
   e.prev_child_ticks = child_ticks;
-  e.last_total_cpu_s = s.cpu_s + s.child_cpu_s - e.base_total_cpu_s;
+  e.prev_cminflt = st->cminflt;
+  e.known_cpu_s = s.cpu_s + s.child_cpu_s;
+  e.known_faults = st->minflt + st->cminflt;
   e.have_prev = true;
+  e.read_generation = generation_;
   e.count_full_life = false;
   return true;
 }
 
-void ProcScanner::read_threads(int pid, Entry& e, PidSample& s) {
+void ProcScanner::read_threads(int pid, Entry& e, PidSample& s, std::uint64_t cpu_ticks) {
   const std::string task_dir = roots_.proc + "/" + std::to_string(pid) + "/task";
-  std::vector<std::pair<int, std::uint64_t>> now;
-  std::vector<std::pair<int, double>> weights;  // cpu → weight
-  double total_weight = 0;
+  std::vector<Entry::Thread> now;
+  std::vector<std::pair<int, double>> weights;  // cpu → ticks since the last thread read
+  double live_weight = 0;
   if (DIR* d = ::opendir(task_dir.c_str())) {
     const int dfd = ::dirfd(d);
     while (dirent* de = ::readdir(d)) {
@@ -407,26 +588,54 @@ void ProcScanner::read_threads(int pid, Entry& e, PidSample& s) {
       auto st = procfs::parse_pid_stat(std::string_view(buf_.data(), static_cast<std::size_t>(n)));
       if (!st) continue;
       const std::uint64_t ticks = st->utime_ticks + st->stime_ticks;
-      now.emplace_back(tid, ticks);
-      auto prev = std::lower_bound(e.thread_ticks.begin(), e.thread_ticks.end(),
-                                   std::make_pair(tid, std::uint64_t{0}));
-      const std::uint64_t before =
-          (prev != e.thread_ticks.end() && prev->first == tid) ? prev->second : 0;
+      now.push_back({tid, ticks, st->processor});
+      auto prev = std::lower_bound(e.threads.begin(), e.threads.end(), tid,
+                                   [](const Entry::Thread& t, int id) { return t.tid < id; });
+      const bool known = prev != e.threads.end() && prev->tid == tid;
+      // A thread born since the last read counts its whole life (it started after that read); at
+      // the first read every thread's whole life is the weight (used only for a process whose
+      // whole life counts).
+      const std::uint64_t before = known ? prev->ticks : 0;
       const double w = static_cast<double>(ticks > before ? ticks - before : 0);
       if (w > 0) {
         weights.emplace_back(st->processor, w);
-        total_weight += w;
+        live_weight += w;
       }
     }
     ::closedir(d);
   }
-  std::sort(now.begin(), now.end());
-  e.thread_ticks = std::move(now);
+  std::sort(now.begin(), now.end(),
+            [](const Entry::Thread& a, const Entry::Thread& b) { return a.tid < b.tid; });
+  // Threads that exited since the last read: the process's total grew by what they used, which
+  // no live thread shows. That remainder stays on the CPUs they ran on last.
+  std::vector<int> exited_cpus;
+  if (e.threads_read) {
+    for (const Entry::Thread& t : e.threads) {
+      auto it = std::lower_bound(now.begin(), now.end(), t.tid,
+                                 [](const Entry::Thread& a, int id) { return a.tid < id; });
+      if (it == now.end() || it->tid != t.tid) exited_cpus.push_back(t.cpu);
+    }
+  }
+  const double span = e.threads_read ? static_cast<double>(cpu_ticks > e.threads_proc_ticks
+                                                               ? cpu_ticks - e.threads_proc_ticks
+                                                               : 0)
+                                     : live_weight;
+  const double exited_weight = exited_cpus.empty() ? 0.0 : std::max(0.0, span - live_weight);
+  const double total_weight = live_weight + exited_weight;
+  e.threads = std::move(now);
+  e.threads_proc_ticks = cpu_ticks;
+  e.threads_read = true;
+  if (s.cpu_delta_s <= 0) return;
   if (total_weight <= 0) {
     snap_->shares.push_back({s.processor, s.cpu_delta_s});
     return;
   }
   for (auto [cpu, w] : weights) snap_->shares.push_back({cpu, s.cpu_delta_s * w / total_weight});
+  if (exited_weight > 0) {
+    const double each =
+        s.cpu_delta_s * exited_weight / total_weight / static_cast<double>(exited_cpus.size());
+    for (int cpu : exited_cpus) snap_->shares.push_back({cpu, each});
+  }
 }
 
 }  // namespace sonde

@@ -4,6 +4,7 @@
 // them with pread at offset 0; reads a pid's status/environ only once, when it first appears.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,35 +31,53 @@ struct CpuShare {
 };
 
 /// One pid of a non-system level, as seen at this tick.
+///
+/// Attribution is exact by construction: a pid's time and I/O count from when sonde first saw it
+/// (or from its start, for pids born while sonde watches, and for the command `sonde run`
+/// started), and a reaped child's life reaches its parent's cumulative counters (cutime/cstime,
+/// and /proc/<pid>/io) only once: what sonde already knew of the child is subtracted.
 struct PidSample {
   int pid = 0;
   int ppid = 0;
   std::uint32_t uid = 0;
   std::uint64_t starttime_ticks = 0;
   const std::string* comm = nullptr;  ///< owned by the scanner; valid until the next scan
+  char state = '?';                   ///< field 3 of stat ('Z': a zombie, not yet reaped)
   double cpu_s = 0;                   ///< utime + stime, seconds
   double child_cpu_s = 0;             ///< cutime + cstime (waited-for children), seconds
   double cpu_delta_s = 0;        ///< own CPU since the previous tick (whole life if born since)
   double child_cpu_delta_s = 0;  ///< growth of child_cpu_s since the previous tick
-  std::uint64_t rss_bytes = 0;
-  bool io_valid = false;   ///< /proc/<pid>/io could be read
-  procfs::PidIo io;        ///< cumulative counters
-  procfs::PidIo io_delta;  ///< growth since the previous tick (whole life if born since)
+  /// CPU of children reaped in this interval that no earlier tick counted: child_cpu_delta_s less
+  /// what sonde already knew of the reaped children (their last-read totals, or their totals when
+  /// first seen). Never negative.
+  double reaped_cpu_s = 0;
+  std::uint64_t rss_bytes = 0;  ///< resident set, exact (/proc/<pid>/statm)
+  bool io_valid = false;        ///< /proc/<pid>/io could be read
+  bool io_denied = false;       ///< /proc/<pid>/io is not readable by sonde (EACCES/EPERM)
+  procfs::PidIo io;             ///< cumulative counters (including reaped children's)
+  procfs::PidIo io_delta;       ///< growth since the previous tick (whole life if born since)
+  /// What sonde already counted of the children reaped in this interval (their last-read I/O):
+  /// io_delta − io_reaped_known is the level's new I/O of this pid. May run ahead of io_delta by
+  /// one tick (the reap seen in stat before io): consumers keep their sums monotonic.
+  procfs::PidIo io_reaped_known;
   int processor = -1;
   long num_threads = 0;
   std::uint8_t level_mask = 0;                   ///< bit (1 << level_index) per non-system level
-  std::uint32_t share_begin = 0, share_end = 0;  ///< range in ProcSnapshot::shares
+  std::uint32_t share_begin = 0, share_end = 0;  ///< own and reaped CPU in ProcSnapshot::shares
   bool in(Level l) const { return (level_mask >> level_index(l)) & 1u; }
 };
 
-/// A member pid that was present at an earlier tick, is gone, and whose parent's cutime/cstime
-/// grew at this tick by at least its last-seen total (the reap is visible in the parent now: the
-/// child may vanish one scan before the parent's growth is read).
+/// A pid that is gone and whose reaping parent's counters grew at this tick by at least what was
+/// known of it (matched by the parent's cminflt growth: exact, and never zero for a process that
+/// ran). Its last-known totals are subtracted from the parent's growth.
 struct VanishedPid {
   int pid = 0;
-  int ppid = 0;
-  double last_total_cpu_s = 0;  ///< cpu_s + child_cpu_s when last seen
-  std::uint8_t level_mask = 0;
+  int ppid = 0;            ///< the member whose counters received it
+  double known_cpu_s = 0;  ///< cpu_s + child_cpu_s when last read (0 if born unseen)
+  std::uint64_t known_faults = 0;
+  bool io_known = false;
+  procfs::PidIo known_io;
+  std::uint8_t level_mask = 0;  ///< levels it was a member of (0: not a member)
 };
 
 struct ProcSnapshot {
@@ -82,6 +101,12 @@ class ProcScanner {
 
   /// Changes the root of the process level (e.g. after `sonde run` spawned its child).
   void set_target_pid(int pid);
+  /// Pids started at or after this CLOCK_BOOTTIME instant count their whole life, also at the
+  /// first scan (`sonde run`: everything the command did is in scope). Default: none.
+  void set_count_from(double boottime_s);
+  /// `sonde run` as the child subreaper of its command: orphans of the tree are re-parented to
+  /// `pid` (sonde) and stay in the tree, except the pids `is_helper` names (plugin children).
+  void set_adopter(int pid, std::function<bool(int)> is_helper);
   /// Upper bound on files kept open; beyond it files are opened and closed per tick.
   void set_fd_budget(std::size_t n) { fd_budget_ = n; }
   std::size_t fds_open() const { return fds_open_; }
@@ -103,18 +128,24 @@ class ProcScanner {
   struct Entry;
   bool discover(int pid, Entry& e);
   bool refresh(int pid, Entry& e, double prev_boottime_s, PidSample& out);
-  void read_threads(int pid, Entry& e, PidSample& s);
+  void read_threads(int pid, Entry& e, PidSample& s, std::uint64_t cpu_ticks);
+  void place_reaped();
 
   Roots roots_;
   TargetInfo target_;
   std::array<bool, kNumLevels> active_;
   ScanNeeds needs_;
   std::unordered_map<int, std::unique_ptr<Entry>> entries_;
-  /// Vanished members not yet matched with their parent's cutime growth (oldest first).
+  /// Vanished pids not yet matched with their parent's counter growth (oldest first).
   struct Pending {
     VanishedPid pid;
+    std::vector<CpuShare> last_cpus;  ///< where it ran last (weights), for its unseen tail
+    double last_delta_s = 0;          ///< its CPU in the interval before it vanished
     unsigned age = 0;
   };
+  Pending pending_of(int pid, const Entry& e) const;
+  /// Matched this tick, per parent pid (for the placement of their tails).
+  std::unordered_map<int, std::vector<Pending>> matched_;
   std::vector<Pending> pending_;
   void match_vanished();
   std::vector<int> listing_;
@@ -129,6 +160,9 @@ class ProcScanner {
   unsigned discover_every_ = 1;
   std::size_t total_pids_ = 0;
   int proc_dir_fd_ = -1;
+  std::uint64_t count_from_ticks_ = 0;  ///< 0: none
+  int adopter_ = 0;
+  std::function<bool(int)> is_helper_;
 };
 
 }  // namespace sonde

@@ -122,6 +122,12 @@ Result<PidStat> parse_pid_stat(std::string_view text) {
       case 4:
         if (!to_num(tok, st.ppid)) return fail(field, "ppid", tok);
         break;
+      case 10:
+        if (!to_num(tok, st.minflt)) return fail(field, "minflt", tok);
+        break;
+      case 11:
+        if (!to_num(tok, st.cminflt)) return fail(field, "cminflt", tok);
+        break;
       case 14:
         if (!to_num(tok, st.utime_ticks)) return fail(field, "utime", tok);
         break;
@@ -156,6 +162,20 @@ Result<PidStat> parse_pid_stat(std::string_view text) {
                        "field 24), found " +
                        std::to_string(field - 2));
   return st;
+}
+
+Result<PidStatm> parse_pid_statm(std::string_view text) {
+  PidStatm m;
+  std::string_view rest = text;
+  std::uint64_t* fields[] = {&m.size_pages, &m.resident_pages, &m.shared_pages};
+  static constexpr const char* kNames[] = {"size", "resident", "shared"};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::string_view tok = next_token(rest);
+    if (!to_num(tok, *fields[i]))
+      return parse_error(std::string("/proc/<pid>/statm: field ") + std::to_string(i + 1) + " (" +
+                         kNames[i] + "): expected an integer, found " + quoted(tok));
+  }
+  return m;
 }
 
 Result<PidIo> parse_pid_io(std::string_view text) {

@@ -18,16 +18,25 @@ struct PidStat {
   std::string comm;  ///< without the parentheses; may contain spaces and ')'
   char state = '?';
   int ppid = 0;
+  std::uint64_t minflt = 0;   ///< minor page faults of the process (field 10)
+  std::uint64_t cminflt = 0;  ///< of its waited-for children (field 11): grows when it reaps one
   std::uint64_t utime_ticks = 0;
   std::uint64_t stime_ticks = 0;
   std::uint64_t cutime_ticks = 0;  ///< waited-for children's user time
   std::uint64_t cstime_ticks = 0;  ///< waited-for children's system time
   long num_threads = 0;
   std::uint64_t starttime_ticks = 0;  ///< since boot
-  std::uint64_t rss_pages = 0;
-  int processor = -1;  ///< CPU last run on (field 39); -1 when absent
+  std::uint64_t rss_pages = 0;        ///< approximate on Linux >= 6.2 (per-CPU batched): use statm
+  int processor = -1;                 ///< CPU last run on (field 39); -1 when absent
 };
 Result<PidStat> parse_pid_stat(std::string_view text);
+
+/// /proc/<pid>/statm, in pages. Exact resident size (the stat file's rss is the kernel's
+/// per-CPU-batched counter read without its per-CPU deltas).
+struct PidStatm {
+  std::uint64_t size_pages = 0, resident_pages = 0, shared_pages = 0;
+};
+Result<PidStatm> parse_pid_statm(std::string_view text);
 
 /// /proc/<pid>/io
 struct PidIo {

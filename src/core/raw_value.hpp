@@ -25,8 +25,10 @@ struct MultiPerDevice {
   std::vector<std::vector<double>> metrics;
 };
 /// Cumulative counters (bytes, packets, operations). Never decreasing in a healthy source.
+/// `measured = false`: the source cannot be read this tick (not an error; the columns are empty).
 struct Counters {
   std::vector<double> values;
+  bool measured = true;
 };
 
 using RawValue = std::variant<NoValue, Scalar, PerDevice, MultiPerDevice, Counters>;

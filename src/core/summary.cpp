@@ -133,7 +133,11 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   // The program's own figures come from the process level; without a target, from the node.
   const Level level = engine.active(Level::process) ? Level::process : Level::system;
   const NodeInfo& node = engine.node_info();
-  const double cpus = level == Level::system ? node.num_system_cpus : node.num_cpus;
+  // What 100 % means at that level (NodeInfo::level_num_cpus).
+  const double per_level = node.level_num_cpus[level_index(level)];
+  const double cpus = per_level > 0            ? per_level
+                      : level == Level::system ? node.num_system_cpus
+                                               : node.num_cpus;
   nlohmann::json j;
   j["command"] = outcome.command;
   j["exit_status"] = outcome.exit_status ? nlohmann::json(*outcome.exit_status) : nlohmann::json();

@@ -25,6 +25,7 @@
 #include <fmt/ranges.h>
 
 #include "core/engine.hpp"
+#include "core/helper_children.hpp"
 #include "plugins/plugins.hpp"
 #include "plugins/protocol.hpp"
 
@@ -203,7 +204,8 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(const SpawnSpec& spec)
     (void)!::write(report, &e, sizeof e);
     ::_exit(127);
   }
-  ::setpgid(pid, pid);  // also here, so that the group exists whichever side runs first
+  note_helper_child(pid);  // never part of the monitored tree (sonde may be its subreaper)
+  ::setpgid(pid, pid);     // also here, so that the group exists whichever side runs first
   ::close(in[0]);
   ::close(out[1]);
   ::close(err[1]);
@@ -360,6 +362,7 @@ bool ChildProcess::try_reap() {
   while (::waitpid(pid_, &wstatus, 0) < 0 && errno == EINTR) {
   }
   reaped_ = true;
+  forget_helper_child(pid_);
   ended_ = describe_status(wstatus);
   return true;
 }

@@ -43,6 +43,13 @@ nlohmann::json node_info_json(const Engine& engine) {
   }
   j["memory_limits"] = limits;
   j["memory_limit_sources"] = sources;
+  // What 100 % CPU means at each level (cpu_util_* are percent of these CPUs).
+  nlohmann::json cpus = nlohmann::json::object();
+  for (Level l : kAllLevels)
+    cpus[std::string(level_name(l))] = {{"num_cpus", n.level_num_cpus[level_index(l)]},
+                                        {"cpu_ids", n.level_cpu_ids[level_index(l)]},
+                                        {"source", n.level_cpus_source[level_index(l)]}};
+  j["cpus_per_level"] = cpus;
   j["num_gpus"] = n.num_gpus;
   j["gpu_name"] = n.gpu_name;
   j["gpu_memory_gib"] = n.gpu_memory_gib;

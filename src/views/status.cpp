@@ -75,6 +75,10 @@ ProcInfo read_proc_info(const std::string& proc_root, int pid) {
       info.cpu_ticks = parsed->utime_ticks + parsed->stime_ticks;
       static const long page = ::sysconf(_SC_PAGESIZE);
       info.rss_bytes = parsed->rss_pages * static_cast<std::uint64_t>(page);
+      // statm's resident field is exact (stat's rss is per-CPU-batched, see procfs::PidStat).
+      if (auto statm = read_file(dir + "/statm"))
+        if (auto m = procfs::parse_pid_statm(*statm))
+          info.rss_bytes = m->resident_pages * static_cast<std::uint64_t>(page);
       if (info.full_command.empty()) info.full_command.push_back(parsed->comm);
     }
   }

@@ -1,5 +1,7 @@
 #include "support/run_helpers.hpp"
 
+#include "support/invariants.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -434,6 +436,12 @@ nlohmann::json read_json(const fs::path& path) {
 }
 
 fs::path run_dir(const fs::path& out) {
+  const fs::path found = find_run_dir(out);
+  check_invariants(found);
+  return found;
+}
+
+fs::path find_run_dir(const fs::path& out) {
   if (fs::exists(out / "manifest.json")) return out;
   std::vector<fs::path> found;
   if (fs::is_directory(out))
@@ -446,6 +454,20 @@ fs::path run_dir(const fs::path& out) {
                              "subdirectories), found " +
                              std::to_string(found.size()));
   return found.front();
+}
+
+void check_invariants(const fs::path& run) {
+  std::vector<std::string> violations;
+  try {
+    violations = run_invariant_violations(run);
+  } catch (const std::exception&) {
+    return;  // not a readable run (a test of broken runs): the test itself reads it
+  }
+  if (violations.empty()) return;
+  std::string msg =
+      run.string() + ": " + std::to_string(violations.size()) + " physical invariant(s) violated:";
+  for (std::size_t i = 0; i < violations.size() && i < 12; ++i) msg += "\n  " + violations[i];
+  throw std::runtime_error(msg);
 }
 
 double integrate(const std::vector<double>& time, const std::vector<double>& values) {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -19,8 +20,10 @@ namespace sonde::test {
 namespace fs = std::filesystem;
 
 /// The `sonde` binary and the workload under test (absolute paths from the build).
+/// SONDE_TEST_BINARY overrides the binary (e.g. to show that a test fails on an older build).
 inline const char* sonde_binary() {
-  return SONDE_BINARY;
+  const char* other = std::getenv("SONDE_TEST_BINARY");
+  return other && *other ? other : SONDE_BINARY;
 }
 inline const char* workload_binary() {
   return SONDE_WORKLOAD;
@@ -131,8 +134,13 @@ CsvTable read_csv(const fs::path& path, const CsvReadOptions& options = {});
 nlohmann::json read_json(const fs::path& path);
 
 /// The run directory inside `out`: `out` itself when it holds manifest.json, otherwise the one
-/// subdirectory that does; throws when there is none.
+/// subdirectory that does; throws when there is none, or when the run breaks one of the physical
+/// invariants of tests/support/invariants.hpp (every integration test's run goes through here).
 fs::path run_dir(const fs::path& out);
+/// The same without the invariant check.
+fs::path find_run_dir(const fs::path& out);
+/// Throws std::runtime_error listing the violated invariants of a readable run.
+void check_invariants(const fs::path& run);
 
 /// Σ values[i] · (time[i] − time[i−1]) for i ≥ 1 (the first row contributes 0), skipping NaN.
 double integrate(const std::vector<double>& time, const std::vector<double>& values);

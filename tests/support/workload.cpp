@@ -8,6 +8,10 @@
 //   write MIB PATH        sleep 0.5 s, write MIB MiB to PATH in 1 MiB chunks, fsync, sleep 0.5 s
 //   spawn N MS            sleep 0.3 s, fork N children one after the other, each burning MS ms
 //                         of its own CPU time, sleep 0.3 s
+//   pinned CPU_A A CPU_B B  two threads: the main one pinned to CPU_A burns A s of its own CPU
+//                         time, a second one pinned to CPU_B burns B s and exits; then the
+//                         main thread waits 0.5 s (so that the exited thread's time is in an
+//                         interval where the main thread still runs)
 //   exit CODE             exit with CODE
 //   kill SIGNUM           raise SIGNUM on itself with the default action
 //   sleep SECONDS         sleep
@@ -16,6 +20,7 @@
 //                         period that records duplicates; exit 0 if no signal came in SECONDS.
 //                         Prints "ready" once the handlers are installed.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -32,6 +37,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 namespace {
 
@@ -47,6 +53,7 @@ int usage(const char* argv0, const char* why) {
                "  outsider MIB SECONDS  same as hold\n"
                "  write MIB PATH        write MIB MiB to PATH (1 MiB chunks), fsync\n"
                "  spawn N MS            fork N children in turn, each burning MS ms of CPU\n"
+               "  pinned CPU_A A CPU_B B  threads pinned to two CPUs burn A and B s\n"
                "  exit CODE             exit with CODE (0..255)\n"
                "  kill SIGNUM           raise SIGNUM on itself\n"
                "  sleep SECONDS         sleep SECONDS\n"
@@ -96,6 +103,42 @@ void burn_cpu(double seconds) {
   while (clock_s(CLOCK_PROCESS_CPUTIME_ID) - start < seconds) {
     for (int i = 0; i < 10000; ++i) sink = sink * 6364136223846793005ULL + 1442695040888963407ULL;
   }
+}
+
+// Spins until the calling thread has used `seconds` of CPU time.
+void burn_thread_cpu(double seconds) {
+  const double start = clock_s(CLOCK_THREAD_CPUTIME_ID);
+  volatile std::uint64_t sink = 0;
+  while (clock_s(CLOCK_THREAD_CPUTIME_ID) - start < seconds) {
+    for (int i = 0; i < 10000; ++i) sink = sink * 6364136223846793005ULL + 1442695040888963407ULL;
+  }
+}
+
+bool pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return sched_setaffinity(0, sizeof set, &set) == 0;  // 0: the calling thread
+}
+
+int mode_pinned(int cpu_a, double a, int cpu_b, double b) {
+  if (!pin_to(cpu_a)) {
+    std::fprintf(stderr, "workload: cannot pin to CPU %d: %s\n", cpu_a, std::strerror(errno));
+    return 1;
+  }
+  bool ok = true;
+  std::thread other([&] {
+    ok = pin_to(cpu_b);
+    if (ok) burn_thread_cpu(b);
+  });
+  burn_thread_cpu(a);
+  other.join();
+  if (!ok) {
+    std::fprintf(stderr, "workload: cannot pin to CPU %d\n", cpu_b);
+    return 1;
+  }
+  sleep_s(0.5);
+  return 0;
 }
 
 void say_ready() {
@@ -267,6 +310,14 @@ int main(int argc, char** argv) {
     const auto ms = parse_int(argv[3], 0, 3'600'000);
     if (!n || !ms) return usage(argv0, "spawn: expected N and MS (integers)");
     return mode_spawn(*n, *ms);
+  }
+  if (mode == "pinned" && want_args(4)) {
+    const auto cpu_a = parse_int(argv[2], 0, 4095);
+    const auto a = parse_seconds(argv[3]);
+    const auto cpu_b = parse_int(argv[4], 0, 4095);
+    const auto b = parse_seconds(argv[5]);
+    if (!cpu_a || !a || !cpu_b || !b) return usage(argv0, "pinned: expected CPU_A A CPU_B B");
+    return mode_pinned(static_cast<int>(*cpu_a), *a, static_cast<int>(*cpu_b), *b);
   }
   if (mode == "exit" && want_args(1)) {
     const auto code = parse_int(argv[2], 0, 255);

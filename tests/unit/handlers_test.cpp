@@ -57,13 +57,29 @@ TEST(Handlers, PerDeviceMultiAggregateFansOutPerMetric) {
   EXPECT_FALSE(h->handle(Level::system, MultiPerDevice{{{50}}}, 0, out).ok());
 }
 
+TEST(Handlers, CumulativeRateNotMeasuredIsEmptyAndRestartsTheBaseline) {
+  auto h = make({.target = "CumulativeRateHandler", .columns = {"a"}});
+  std::vector<double> out(1);
+  ASSERT_TRUE(h->handle(Level::process, Counters{{100}}, 1.0, out).ok());
+  ASSERT_TRUE(h->handle(Level::process, Counters{{200}}, 2.0, out).ok());
+  EXPECT_EQ(out[0], 100);
+  // Not readable (permission): empty, and not a failure.
+  ASSERT_TRUE(h->handle(Level::process, Counters{{0}, false}, 3.0, out).ok());
+  EXPECT_TRUE(std::isnan(out[0]));
+  ASSERT_TRUE(h->handle(Level::process, Counters{{500}}, 4.0, out).ok());
+  EXPECT_TRUE(std::isnan(out[0]));  // a new baseline
+  ASSERT_TRUE(h->handle(Level::process, Counters{{600}}, 5.0, out).ok());
+  EXPECT_EQ(out[0], 100);
+}
+
 TEST(Handlers, CumulativeRateIsPerLevelAndNeverNegative) {
   auto h = make({.target = "CumulativeRateHandler", .columns = {"a", "b"}});
   std::vector<double> out(2);
   ASSERT_TRUE(h->handle(Level::process, Counters{{100, 10}}, 1.0, out).ok());
-  EXPECT_EQ(out, (std::vector<double>{0, 0}));  // first tick: 0
+  // First tick: no interval yet, not measured (never a made-up 0).
+  EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1]));
   ASSERT_TRUE(h->handle(Level::system, Counters{{5000, 0}}, 1.0, out).ok());
-  EXPECT_EQ(out, (std::vector<double>{0, 0}));  // its own first tick at this level
+  EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1]));  // its own first tick at this level
   ASSERT_TRUE(h->handle(Level::process, Counters{{300, 10}}, 3.0, out).ok());
   EXPECT_EQ(out, (std::vector<double>{100, 0}));  // 200 over 2 s
   ASSERT_TRUE(h->handle(Level::system, Counters{{5500, 4}}, 2.0, out).ok());

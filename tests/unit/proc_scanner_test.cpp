@@ -33,17 +33,37 @@ class FakeProc {
     int processor = 0;
     std::string slurm_job;
     std::uint64_t read_bytes = 0, write_bytes = 0;
+    std::uint64_t minflt = 100, cminflt = 0;
+    std::uint64_t starttime = 0;  ///< 0: 1000 + pid
+    char state = 'S';
+    std::uint64_t statm_resident = 0;  ///< 0: rss_pages
   };
+
+  /// One thread of a process: /proc/<pid>/task/<tid>/stat.
+  void write_thread(int pid, int tid, std::uint64_t utime, int processor) {
+    const fs::path dir = root_ / std::to_string(pid) / "task" / std::to_string(tid);
+    fs::create_directories(dir);
+    std::ofstream(dir / "stat") << fmt::format(
+        "{} (t) S 1 {} {} 0 -1 4194560 1 0 0 0 {} 0 0 0 20 0 1 0 1000 1000000 1 "
+        "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 {} 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+        tid, pid, pid, utime, processor);
+  }
+  void remove_thread(int pid, int tid) {
+    fs::remove_all(root_ / std::to_string(pid) / "task" / std::to_string(tid));
+  }
 
   void write(const Proc& p) {
     const fs::path dir = root_ / std::to_string(p.pid);
     fs::create_directories(dir);
     // Fields 3..52 of /proc/<pid>/stat.
     std::ofstream(dir / "stat") << fmt::format(
-        "{} ({}) S {} {} {} 0 -1 4194560 100 0 0 0 {} {} {} {} 20 0 {} 0 {} 1000000 {} "
+        "{} ({}) {} {} {} {} 0 -1 4194560 {} {} 0 0 {} {} {} {} 20 0 {} 0 {} 1000000 {} "
         "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 {} 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
-        p.pid, p.comm, p.ppid, p.pid, p.pid, p.utime, p.stime, p.cutime, p.cstime, p.threads,
-        1000 + p.pid, p.rss_pages, p.processor);
+        p.pid, p.comm, p.state, p.ppid, p.pid, p.pid, p.minflt, p.cminflt, p.utime, p.stime,
+        p.cutime, p.cstime, p.threads, p.starttime ? p.starttime : 1000 + p.pid, p.rss_pages,
+        p.processor);
+    std::ofstream(dir / "statm") << fmt::format("1000 {} 5 1 0 100 0\n",
+                                                p.statm_resident ? p.statm_resident : p.rss_pages);
     std::ofstream(dir / "status") << fmt::format(
         "Name:\t{}\nState:\tS (sleeping)\nPPid:\t{}\nUid:\t{}\t{}\t{}\t{}\n", p.comm, p.ppid, p.uid,
         p.uid, p.uid, p.uid);
@@ -115,7 +135,7 @@ TEST(ProcScanner, DeltasNewPidsAndReapedChildren) {
               .utime = 50,
               .rss_pages = 10,
               .write_bytes = 4096});
-  proc.write({.pid = 101, .ppid = 100, .comm = "child", .uid = 1000, .utime = 20});
+  proc.write({.pid = 101, .ppid = 100, .comm = "child", .uid = 1000, .utime = 20, .minflt = 300});
   TargetInfo target{.pid = 100, .uid = 1000};
   ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, target,
                       {true, false, false, true}, {.io = true, .threads = true});
@@ -134,7 +154,8 @@ TEST(ProcScanner, DeltasNewPidsAndReapedChildren) {
               .utime = 60,
               .cutime = 25,
               .processor = 1,
-              .write_bytes = 8192});
+              .write_bytes = 8192,
+              .cminflt = 310});
   proc.remove(101);
   proc.write({.pid = 103,
               .ppid = 100,
@@ -156,13 +177,158 @@ TEST(ProcScanner, DeltasNewPidsAndReapedChildren) {
   ASSERT_EQ(second.vanished.size(), 1u);
   EXPECT_EQ(second.vanished[0].pid, 101);
   EXPECT_EQ(second.vanished[0].ppid, 100);
-  // Only what was counted of the child (nothing: it was a baseline) is subtracted later.
-  EXPECT_DOUBLE_EQ(second.vanished[0].last_total_cpu_s, 0.0);
+  // What was known of the child (its 20 ticks when first seen, a baseline) is not counted again:
+  // only the 5 ticks it ran after sonde last saw it are new.
+  EXPECT_DOUBLE_EQ(second.vanished[0].known_cpu_s, 20.0 / static_cast<double>(tck));
+  EXPECT_DOUBLE_EQ(parent->reaped_cpu_s, 5.0 / static_cast<double>(tck));
   // Placement: single-threaded processes ran on their `processor`.
   double on_cpu1 = 0;
   for (auto i = parent->share_begin; i < parent->share_end; ++i)
     if (second.shares[i].cpu == 1) on_cpu1 += second.shares[i].seconds;
   EXPECT_DOUBLE_EQ(on_cpu1, parent->cpu_delta_s);
+}
+
+// Defect: a child that already ran before monitoring added its whole life when reaped.
+TEST(ProcScanner, ReapedBaselineChildAddsOnlyItsTimeSinceFirstSeen) {
+  FakeProc proc;
+  const double tck = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  proc.write({.pid = 100, .ppid = 1, .comm = "sh", .uid = 1000, .utime = 1});
+  proc.write({.pid = 101,
+              .ppid = 100,
+              .comm = "python3",
+              .uid = 1000,
+              .utime = 200,
+              .read_bytes = 1000,
+              .write_bytes = 5000,
+              .minflt = 900});
+  TargetInfo target{.pid = 100, .uid = 1000};
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, target,
+                      {true, true, false, true}, {.io = true, .threads = true});
+  scanner.scan(1000.0);
+  // The child runs 100 more ticks and writes 3000 more bytes (seen), then 50 ticks and 1000
+  // bytes (not seen) and is reaped: the parent's counters grow by its whole life.
+  proc.write({.pid = 101,
+              .ppid = 100,
+              .comm = "python3",
+              .uid = 1000,
+              .utime = 300,
+              .read_bytes = 1000,
+              .write_bytes = 8000,
+              .minflt = 950});
+  const auto& second = scanner.scan(1001.0);
+  EXPECT_DOUBLE_EQ(find(second, 101)->cpu_delta_s, 100 / tck);
+  EXPECT_EQ(find(second, 101)->io_delta.write_bytes, 3000u);
+  proc.remove(101);
+  proc.write({.pid = 100,
+              .ppid = 1,
+              .comm = "sh",
+              .uid = 1000,
+              .utime = 1,
+              .cutime = 350,
+              .read_bytes = 1000,
+              .write_bytes = 9000,
+              .cminflt = 960});
+  const auto& third = scanner.scan(1002.0);
+  const PidSample* sh = find(third, 100);
+  ASSERT_NE(sh, nullptr);
+  EXPECT_DOUBLE_EQ(sh->child_cpu_delta_s, 350 / tck);
+  EXPECT_NEAR(sh->reaped_cpu_s, 50 / tck, 1e-9);  // not 350, not 150
+  // I/O: the parent's counters jumped by the child's totals; what was read of the child is
+  // taken off: 9000 - 8000 = 1000 new bytes written.
+  EXPECT_EQ(sh->io_delta.write_bytes, 9000u);
+  EXPECT_EQ(sh->io_reaped_known.write_bytes, 8000u);
+  EXPECT_EQ(sh->io_reaped_known.read_bytes, 1000u);
+}
+
+// `sonde run`: the command sonde started counts from its start, also at the first scan.
+TEST(ProcScanner, CountFromStartsTheWholeLifeOfLaterPids) {
+  FakeProc proc;
+  const double tck = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  proc.write({.pid = 50, .ppid = 1, .comm = "old", .uid = 1000, .utime = 70, .starttime = 100});
+  proc.write({.pid = 100,
+              .ppid = 1,
+              .comm = "dd",
+              .uid = 1000,
+              .utime = 30,
+              .write_bytes = 4096,
+              .starttime = 500 * static_cast<std::uint64_t>(tck)});
+  TargetInfo target{.pid = 100, .uid = 1000};
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, target,
+                      {true, true, false, true}, {.io = true, .threads = true});
+  scanner.set_count_from(500.0);
+  const auto& s = scanner.scan(501.0);
+  EXPECT_DOUBLE_EQ(find(s, 100)->cpu_delta_s, 30 / tck);
+  EXPECT_EQ(find(s, 100)->io_delta.write_bytes, 4096u);
+  EXPECT_EQ(find(s, 50)->cpu_delta_s, 0);  // started before: a baseline
+}
+
+// A member that reaps a child that is not a member (another uid at the user level) only adds what
+// happened since sonde first saw that child.
+TEST(ProcScanner, ReapedNonMemberChildCountsFromDiscovery) {
+  FakeProc proc;
+  const double tck = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  proc.write({.pid = 100, .ppid = 1, .comm = "sudo-like", .uid = 1000, .utime = 1});
+  proc.write({.pid = 300, .ppid = 1, .comm = "unrelated", .uid = 1000});
+  proc.write({.pid = 101, .ppid = 100, .comm = "root child", .uid = 0, .utime = 500, .minflt = 40});
+  TargetInfo target{.pid = 300, .uid = 1000};
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, target,
+                      {true, true, false, true}, {.threads = true});
+  scanner.scan(1000.0);
+  EXPECT_EQ(members(scanner.last(), Level::user), (std::vector<int>{100, 300}));
+  scanner.scan(1001.0);
+  proc.remove(101);
+  proc.write({.pid = 100,
+              .ppid = 1,
+              .comm = "sudo-like",
+              .uid = 1000,
+              .utime = 1,
+              .cutime = 520,
+              .cminflt = 45});
+  const auto& s = scanner.scan(1002.0);
+  EXPECT_NEAR(find(s, 100)->reaped_cpu_s, 20 / tck, 1e-9);
+}
+
+// Defect: the time of a thread pinned to CPU 1 that exits was placed on the surviving threads'
+// CPUs.
+TEST(ProcScanner, TimeOfAThreadThatExitedStaysOnItsCpu) {
+  FakeProc proc;
+  const double tck = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  proc.write({.pid = 100, .ppid = 1, .comm = "two", .uid = 1000, .utime = 20, .threads = 2});
+  proc.write_thread(100, 100, 10, 0);
+  proc.write_thread(100, 101, 10, 1);
+  TargetInfo target{.pid = 100, .uid = 1000};
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, target,
+                      {true, false, false, true}, {.threads = true});
+  scanner.scan(1000.0);
+  // Both ran 50 ticks; thread 101 then exited: its time is in the process total only.
+  proc.write({.pid = 100, .ppid = 1, .comm = "two", .uid = 1000, .utime = 120, .threads = 1});
+  proc.write_thread(100, 100, 60, 0);
+  proc.remove_thread(100, 101);
+  const auto& s = scanner.scan(1001.0);
+  const PidSample* p = find(s, 100);
+  ASSERT_NE(p, nullptr);
+  std::array<double, 2> per_cpu{};
+  for (auto i = p->share_begin; i < p->share_end; ++i)
+    per_cpu.at(static_cast<std::size_t>(s.shares[i].cpu)) += s.shares[i].seconds;
+  EXPECT_NEAR(per_cpu[0], 50 / tck, 1e-9);
+  EXPECT_NEAR(per_cpu[1], 50 / tck, 1e-9);
+}
+
+// `sonde run` as subreaper: an orphan re-parented to sonde stays in the tree; sonde's plugin
+// children do not join it.
+TEST(ProcScanner, OrphansAdoptedBySondeStayInTheTree) {
+  FakeProc proc;
+  proc.write({.pid = 10, .ppid = 1, .comm = "sonde", .uid = 1000});
+  proc.write({.pid = 100, .ppid = 10, .comm = "command", .uid = 1000});
+  proc.write({.pid = 150, .ppid = 10, .comm = "orphan", .uid = 1000});
+  proc.write({.pid = 160, .ppid = 10, .comm = "plugin", .uid = 1000});
+  proc.write({.pid = 161, .ppid = 160, .comm = "plugin's child", .uid = 1000});
+  TargetInfo target{.pid = 100, .uid = 1000};
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, target,
+                      {true, false, false, true}, {});
+  scanner.set_adopter(10, [](int pid) { return pid == 160; });
+  const auto& s = scanner.scan(1000.0);
+  EXPECT_EQ(members(s, Level::process), (std::vector<int>{100, 150}));
 }
 
 TEST(ProcScanner, FdBudgetFallsBackToOpeningPerTick) {
