@@ -297,6 +297,47 @@ TEST(HostileConfig, WritablePluginSnippetIsRefused) {
       << r.err;
 }
 
+// A python: collector started in a directory others can write: neither a module there nor a file
+// that shadows the standard library (json.py, which `python -m` would find first) is imported;
+// in a trusted directory, a module file others can write is refused.
+TEST(HostileConfig, PythonCollectorImportsNothingUntrusted) {
+  const fs::path home = scratch_dir("home");
+  const fs::path marker = scratch_dir("marker") / "imported";
+  const std::string touch = "open('" + marker.string() + "', 'a').write(__name__ + '\\n')\n";
+  const fs::path open_dir = scratch_dir("open");
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  write(open_dir / "json.py", touch);
+  write(open_dir / "evilmod.py", touch + "from sonde_test_plugins import Constant as C\n");
+  const fs::path cfg = scratch_dir("cfg") / "c.yaml";
+  write(cfg,
+        "collectors:\n"
+        "  good: {_target_: python:sonde_test_plugins.Constant, handler: {_target_: "
+        "ScalarHandler, column: good_value}}\n"
+        "  evil: {_target_: python:evilmod.C, handler: {_target_: ScalarHandler, column: "
+        "evil_value}}\n");
+  RunOptions o = isolated(home);
+  o.env.emplace_back("PYTHONPATH", (fs::path(SONDE_SOURCE_DIR) / "tests" / "plugins").string());
+  std::vector<std::string> argv = record_system(scratch_dir("out") / "run");
+  argv.insert(argv.end(), {"--config", cfg.string()});
+  const auto r = run_command(in_dir(open_dir, argv), o);
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_FALSE(fs::exists(marker)) << read_file(marker) << r.err;
+  EXPECT_NE(r.err.find("collector 'evil' is unavailable"), std::string::npos) << r.err;
+
+  // A trusted directory is searched, but a module file in it that others can write is refused.
+  const fs::path own = scratch_dir("own");
+  write(own / "evilmod.py", touch, 0666);
+  argv = record_system(scratch_dir("out2") / "run");
+  argv.insert(argv.end(), {"--config", cfg.string()});
+  const auto w = run_command(in_dir(own, argv), o);
+  EXPECT_EQ(w.status, 0) << w.describe();
+  EXPECT_FALSE(fs::exists(marker)) << read_file(marker);
+  EXPECT_NE(w.err.find("refusing python module " + (own / "evilmod.py").string() +
+                       ": its file is writable by others"),
+            std::string::npos)
+      << w.err;
+}
+
 // ---- defect 8: a HOME the user cannot read ----
 
 std::vector<std::string> as_user(const OtherUser& u, std::vector<std::string> argv) {
