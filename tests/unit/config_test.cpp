@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -159,6 +160,30 @@ TEST(ConfigDefaults, DocsListEverySetting) {
   ss << in.rdbuf();
   for (const SettingInfo& s : setting_table())
     EXPECT_NE(ss.str().find("| `" + std::string(s.key) + "` |"), std::string::npos) << s.key;
+}
+
+// docs/security.md's "Resource bounds" lists every numeric range with its figures.
+TEST(ConfigRanges, SecurityDocListsEveryRange) {
+  std::ifstream in(std::string(SONDE_FIXTURES_DIR) + "/../../docs/security.md");
+  ASSERT_TRUE(in) << "docs/security.md is missing";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  const auto bounds = doc.find("## Resource bounds");
+  ASSERT_NE(bounds, std::string::npos);
+  // Whole numbers as digits (86400), fractions as written (0.001).
+  const auto figure = [](double v) {
+    char buf[64];
+    auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+    return std::string(buf, res.ptr);
+  };
+  for (const NumericRange& r : numeric_ranges()) {
+    const auto row = doc.find(std::string(r.name), bounds);
+    ASSERT_NE(row, std::string::npos) << r.name;
+    const std::string line = doc.substr(row, doc.find('\n', row) - row);
+    EXPECT_NE(line.find(figure(r.min)), std::string::npos) << line;
+    EXPECT_NE(line.find(figure(r.max)), std::string::npos) << r.name << ": " << line;
+  }
 }
 
 TEST(ConfigOrigin, Str) {
