@@ -202,14 +202,16 @@ class Monitor {
              const std::string& config_file, std::vector<std::string>& warnings) {
     ConfigSearch search;
     search.explicit_file = config_file;
+    search.warn = [&](const std::string& m) { warnings.push_back(m); };
     auto cfg = load_config(search);
     if (!cfg) throw py::value_error(cfg.error().message);
     plugins::discover_plugins(*cfg, plugins::plugin_dirs(),
                               [&](const std::string& m) { warnings.push_back(m); });
     if (interval_s) {
-      if (!(*interval_s >= 0.01))
+      const NumericRange& range = numeric_range("interval");
+      if (!(*interval_s >= range.min && *interval_s <= range.max))
         throw py::value_error(
-            fmt::format("interval: expected a number of seconds >= 0.01, got {}", *interval_s));
+            fmt::format("interval: {}, got {}", range_expectation(range), *interval_s));
       cfg->interval_s = *interval_s;
     }
     std::vector<Level> levels;

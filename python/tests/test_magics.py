@@ -91,7 +91,7 @@ def test_start_bad_inputs(run):
     assert "unknown level 'nope'" in err
     _, err, _ = run("%perfmonitor_start --monitor bogus")
     assert "argument --monitor: invalid choice: 'bogus'" in err
-    _, err, _ = run("%perfmonitor_start 0.001")
+    _, err, _ = run("%perfmonitor_start 0.0005")
     assert "interval" in err
     assert len(err.strip().splitlines()) == 1
 

@@ -96,7 +96,9 @@ def test_node_info_and_manifest():
 @pytest.mark.parametrize("kwargs, message", [
     ({"levels": "process,bogus"}, "unknown level 'bogus'"),
     ({"levels": "process,process"}, "given twice"),
-    ({"interval": 0.001}, "interval"),
+    ({"interval": 0.0005}, "interval"),
+    ({"interval": float("inf")}, "interval"),
+    ({"interval": float("nan")}, "interval"),
     ({"config": {"collectors": {"cpu": {"no_such_key": 1}}}}, "no_such_key"),
     ({"config": {"intervall": 1}}, "intervall"),
 ])

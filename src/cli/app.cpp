@@ -88,9 +88,11 @@ std::optional<Config> load(const CommonOptions& common) {
     std::cerr << "sonde: warning: " << m << "\n";
   });
   if (common.interval_s) {
-    if (!(*common.interval_s >= 0.01)) {
-      print_error(fmt::format("--interval: expected a number of seconds >= 0.01, got {}",
-                              *common.interval_s));
+    // Also checked when parsed (in_range); this keeps callers that fill CommonOptions honest.
+    const NumericRange& range = numeric_range("interval");
+    if (!(*common.interval_s >= range.min && *common.interval_s <= range.max)) {
+      print_error(
+          fmt::format("--interval: {}, got {}", range_expectation(range), *common.interval_s));
       return std::nullopt;
     }
     cfg->interval_s = *common.interval_s;
@@ -100,9 +102,21 @@ std::optional<Config> load(const CommonOptions& common) {
 }
 
 namespace {
+/// A finite number within the range the settings table gives `name` (inf, nan, 1e308 refused).
+CLI::Validator in_range(const char* name, bool integer = false) {
+  const NumericRange& range = numeric_range(name);
+  return CLI::Validator(
+      [&range, integer](std::string& text) -> std::string {
+        auto v = parse_in_range(range, text, integer);
+        return v ? std::string() : v.error().message;
+      },
+      fmt::format("{}..{}", range.min, range.max), std::string("in_range ") + name);
+}
+
 void add_common(CLI::App* app, CommonOptions& o, bool outputs) {
   app->add_option("--config", o.config_file, "configuration file, merged last");
-  app->add_option("--interval", o.interval_s, "sampling interval in seconds (>= 0.01)");
+  app->add_option("--interval", o.interval_s, "sampling interval in seconds")
+      ->check(in_range("interval"));
   app->add_option("--levels", o.levels, "comma-separated levels: process,user,slurm,system");
   if (outputs) {
     app->add_option("--out", o.out,
@@ -148,28 +162,34 @@ int run_cli(int argc, char** argv) {
   auto* record = app.add_subcommand("record", "record a running process, or the node");
   add_common(record, common, true);
   auto* pid_opt =
-      record->add_option("--pid", session.pid, "process to record (with its descendants)");
+      record->add_option("--pid", session.pid, "process to record (with its descendants)")
+          ->check(in_range("--pid", true));
   auto* sys_opt = record->add_flag("--system", session.system_only, "record the node only");
   pid_opt->excludes(sys_opt);
-  record->add_option("--duration", session.duration_s, "stop after this many seconds");
+  record->add_option("--duration", session.duration_s, "stop after this many seconds")
+      ->check(in_range("--duration"));
 
   auto* stream =
       app.add_subcommand("stream", "JSON lines on stdout (JUmPER's native-collector protocol)");
   add_common(stream, common, false);
-  stream->add_option("--target-pid", session.pid,
-                     "process to monitor (default: the parent process)");
+  stream
+      ->add_option("--target-pid", session.pid, "process to monitor (default: the parent process)")
+      ->check(in_range("--pid", true));
 
   ServeOptions serve_opts;
   auto* serve = app.add_subcommand("serve", "Prometheus/OpenMetrics exporter of the node");
   serve->add_option("--config", common.config_file, "configuration file, merged last");
-  serve->add_option("--interval", common.interval_s, "sampling interval in seconds (>= 0.01)");
+  serve->add_option("--interval", common.interval_s, "sampling interval in seconds")
+      ->check(in_range("interval"));
   serve->add_option("--listen", serve_opts.listen,
                     "HOST:PORT to listen on (default 127.0.0.1:9850; port 0: any free port)");
   serve->add_flag("--per-user", serve_opts.per_user, "CPU, memory and processes per user");
   serve->add_flag("--per-job", serve_opts.per_job, "CPU, memory and processes per Slurm job");
-  serve->add_option("--max-series", serve_opts.max_series,
-                    "label values per user/job family before the rest is summed as \"other\" "
-                    "(default 100)");
+  serve
+      ->add_option("--max-series", serve_opts.max_series,
+                   "label values per user/job family before the rest is summed as \"other\" "
+                   "(default 100)")
+      ->check(in_range("--max-series", true));
 
   bool timing = false;
   auto* collectors =
@@ -262,10 +282,6 @@ int run_cli(int argc, char** argv) {
   if (*record) {
     if (session.pid <= 0 && !session.system_only) {
       print_error("record: give --pid PID or --system");
-      return kExitUsage;
-    }
-    if (session.duration_s && !(*session.duration_s > 0)) {
-      print_error("--duration: expected a number of seconds > 0");
       return kExitUsage;
     }
     session.mode = SessionOptions::Mode::record;

@@ -324,10 +324,15 @@ int cmd_status(int argc, char** argv, bool gpustat) {
     print_error("--json and --watch cannot be used together");
     return kExitUsage;
   }
-  if (!(cpu_interval_s >= 0 && cpu_interval_s <= 10)) {
-    print_error(
-        fmt::format("--cpu-interval: expected seconds between 0 and 10, got {}", cpu_interval_s));
-    return kExitUsage;
+  // Ranges from the one settings table (numeric_ranges()): inf, nan and huge values refused.
+  for (const auto& [option, value] :
+       {std::pair{"--watch", watch_s.value_or(1.0)}, std::pair{"--cpu-interval", cpu_interval_s},
+        std::pair{"--gpuname-width", static_cast<double>(go.gpuname_width.value_or(0))}}) {
+    const NumericRange& range = numeric_range(option);
+    if (!(value >= range.min && value <= range.max)) {
+      print_error(fmt::format("{}: {}, got {}", option, range_expectation(range), value));
+      return kExitUsage;
+    }
   }
 
   const bool color = !json && (force_color || (!no_color && auto_color()));

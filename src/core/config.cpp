@@ -1,7 +1,8 @@
 // Configuration: parsing, validation and merging of YAML files (see docs/configuration.md).
 #include "core/config.hpp"
 
-#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,10 +11,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <iterator>
 #include <span>
 #include <string_view>
 #include <utility>
+
+#include "core/trust.hpp"
 
 namespace sonde {
 
@@ -69,8 +73,6 @@ collectors:
     inject: []
     handler: {_target_: PerDeviceMultiAggregateHandler, prefix: gpu_, metrics: [util, band, mem, power]}
 )";
-
-constexpr double kMinIntervalS = 0.01;
 
 /// What a handler argument must be, for "needs ..." messages.
 std::string_view arg_kind(std::string_view arg) {
@@ -186,7 +188,7 @@ class Parser {
       const std::string& key = k.Scalar();
       Result<void> r;
       if (key == "interval") {
-        auto s = seconds_value(k, v, key, kMinIntervalS);
+        auto s = number_value(k, v, key, numeric_range("interval"));
         if (!s) return s.error();
         cfg.interval_s = *s;
       } else if (key == "levels") {
@@ -246,19 +248,15 @@ class Parser {
     return items;
   }
 
-  Result<double> seconds_value(const YAML::Node& k, const YAML::Node& v, const std::string& path,
-                               double min_s) const {
+  /// A plain (unquoted) finite number in `range`: a quoted scalar is a string in YAML, so "0.5"
+  /// is refused like any other word.
+  Result<double> number_value(const YAML::Node& k, const YAML::Node& v, const std::string& path,
+                              const NumericRange& range) const {
     double d = 0;
-    // A quoted scalar is a string in YAML, so "0.5" is refused like any other word.
-    bool number =
-        v.IsScalar() && v.Tag() != "!" && YAML::convert<double>::decode(v, d) && std::isfinite(d);
-    if (!number || d <= 0) {
+    const bool number = v.IsScalar() && v.Tag() != "!" && YAML::convert<double>::decode(v, d);
+    if (!number || !(d >= range.min && d <= range.max)) {
       return error(value_mark(k, v),
-                   path + ": expected a number of seconds > 0, got " + describe(v));
-    }
-    if (d < min_s) {
-      return error(value_mark(k, v), path + ": expected a number of seconds >= " +
-                                         format_double(min_s) + ", got " + describe(v));
+                   path + ": " + range_expectation(range) + ", got " + describe(v));
     }
     return d;
   }
@@ -390,7 +388,7 @@ class Parser {
         if (!b) return b.error();
         spec.enabled = *b;
       } else if (key == "timeout") {
-        auto s = seconds_value(ek, ev, key_path, 0);
+        auto s = number_value(ek, ev, key_path, numeric_range("timeout"));
         if (!s) return s.error();
         spec.timeout_s = *s;
       } else if (key == "handler") {
@@ -540,6 +538,21 @@ void emit_node(YAML::Emitter& out, const YAML::Node& n) {
   }
 }
 
+/// Walks `n` as if every alias were expanded, spending one unit of `budget` per node; true
+/// (and stops) when the budget runs out. Its cost is bounded by the budget, not by the tree.
+bool expands_beyond(const YAML::Node& n, std::size_t& budget) {
+  if (budget == 0) return true;
+  --budget;
+  if (n.IsSequence()) {
+    for (const auto& item : n)
+      if (expands_beyond(item, budget)) return true;
+  } else if (n.IsMap()) {
+    for (const auto& kv : n)
+      if (expands_beyond(kv.first, budget) || expands_beyond(kv.second, budget)) return true;
+  }
+  return false;
+}
+
 void emit_flow_list(YAML::Emitter& out, const std::vector<std::string>& items) {
   out << YAML::Flow << YAML::BeginSeq;
   for (const std::string& s : items) out << s;
@@ -562,7 +575,7 @@ const CollectorSpec* Config::find(const std::string& name) const {
 const std::vector<SettingInfo>& setting_table() {
   static const std::vector<SettingInfo> table = {
       {"interval", "number (seconds)", "0.5",
-       "Time between two samples, in seconds; at least 0.01."},
+       "Time between two samples, in seconds; from 0.001 to 86400 (one day)."},
       {"levels", "list of process, user, slurm, system", "(every level that applies)",
        "Levels to sample; without it every level that applies (slurm only inside a Slurm job)."},
       {"out_dir", "string", "sonde-runs",
@@ -578,6 +591,56 @@ const std::vector<SettingInfo>& setting_table() {
   return table;
 }
 
+const std::vector<NumericRange>& numeric_ranges() {
+  static const std::vector<NumericRange> table = {
+      {"interval", 0.001, 86400, "seconds", "time between two samples (interval:, --interval)"},
+      {"timeout", 0.001, 86400, "seconds",
+       "deadline of one collect call (collectors.NAME.timeout)"},
+      {"--duration", 0.001, 31'536'000, "seconds", "sonde record --duration (at most 365 days)"},
+      {"--pid", 1, 4'194'304, "",
+       "sonde record --pid, sonde stream --target-pid (the kernel's PID_MAX_LIMIT)"},
+      {"--max-series", 1, 100'000, "",
+       "sonde serve --max-series: label values per user/job family"},
+      {"--watch", 0.001, 86400, "seconds",
+       "sonde status -i/--watch: time between two redraws (at least 0.1 is used)"},
+      {"--cpu-interval", 0, 10, "seconds", "sonde status --cpu-interval (0: not measured)"},
+      {"--gpuname-width", 0, 1000, "", "sonde gpustat --gpuname-width"},
+      {"port", 0, 65535, "", "sonde serve --listen HOST:PORT (0: any free port)"},
+  };
+  return table;
+}
+
+const NumericRange& numeric_range(std::string_view name) {
+  for (const NumericRange& r : numeric_ranges())
+    if (name == r.name) return r;
+  std::cerr << "sonde: internal error: no numeric range named " << name << "\n";
+  std::abort();
+}
+
+std::string range_expectation(const NumericRange& range, bool integer) {
+  std::string what = integer ? "a whole number" : "a number";
+  if (*range.unit) what += std::string(" of ") + range.unit;
+  const auto fixed = [](double v) {
+    char buf[64];
+    auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+    return std::string(buf, res.ptr);
+  };
+  return "expected " + what + " from " + fixed(range.min) + " to " + fixed(range.max);
+}
+
+Result<double> parse_in_range(const NumericRange& range, std::string_view text, bool integer) {
+  double d = 0;
+  const char* end = text.data() + text.size();
+  // from_chars: no locale, no leading spaces or '+'; "inf" and "nan" parse and are then refused.
+  auto res = std::from_chars(text.data(), end, d);
+  const bool ok = res.ec == std::errc() && res.ptr == end && d >= range.min && d <= range.max &&
+                  (!integer || d == std::floor(d));
+  if (!ok)
+    return make_error(Errc::config,
+                      range_expectation(range, integer) + ", got '" + std::string(text) + "'");
+  return d;
+}
+
 const std::string& default_config_yaml() {
   static const std::string text = kDefaultConfigYaml;
   return text;
@@ -590,6 +653,19 @@ Result<void> merge_config_text(Config& cfg, const std::string& text, const std::
     if (docs.size() > 1) {
       return config_error(origin_at(file, docs[1].Mark()),
                           "expected one YAML document, found " + std::to_string(docs.size()));
+    }
+    // Aliases share nodes, so a small file can stand for a huge tree ("billion laughs") that
+    // `config show`, the collectors' arguments and their children would build in full.
+    const std::size_t limit =
+        std::min(kMaxExpandedNodes, 1000 + kMaxExpandedNodesPerByte * text.size());
+    std::size_t budget = limit;
+    if (!docs.empty() && expands_beyond(docs[0], budget)) {
+      return config_error(origin_at(file, docs[0].Mark()),
+                          "the YAML expands to more than " + std::to_string(limit) +
+                              " nodes through its aliases (at most " +
+                              std::to_string(kMaxExpandedNodesPerByte) +
+                              " per byte of the file and " + std::to_string(kMaxExpandedNodes) +
+                              " in all); refusing it");
     }
     // An empty file (or one with only comments) changes nothing.
     if (!docs.empty() && !docs[0].IsNull()) {
@@ -609,55 +685,61 @@ Result<void> merge_config_text(Config& cfg, const std::string& text, const std::
   return {};
 }
 
-Result<void> merge_config_file(Config& cfg, const std::string& path, bool required) {
-  auto fail = [&](int err) {
-    return make_error(Errc::io, "cannot read config file " + path + ": " + std::strerror(err));
-  };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    if (!required && (err == ENOENT || err == ENOTDIR)) return {};
-    return fail(err);
-  }
-  std::string text;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return fail(err);
+Result<void> merge_config_file(Config& cfg, const std::string& path, bool required,
+                               const ConfigWarn& warn) {
+  auto fd = open_trusted(path, "config file");
+  if (!fd) {
+    if (required) return fd.error();
+    if (fd.error().code == Errc::io) {
+      // Missing, or under a directory this user cannot search (HOME=/root for another user):
+      // nothing to read, as when there is no file.
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0) return {};
     }
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
+    // It exists but cannot be read, or the trust rules refuse it: say so once, go on without.
+    std::string message = fd.error().message;
+    if (message.rfind("refusing ", 0) == 0) message.replace(0, 8, "ignoring");
+    message += " (see docs/security.md)";
+    if (warn) {
+      warn(message);
+    } else {
+      std::cerr << "sonde: warning: " << message << "\n";
+    }
+    return {};
   }
-  ::close(fd);
-  return merge_config_text(cfg, text, path);
+  auto text = read_trusted(*fd, path, kMaxConfigBytes);
+  if (!text) return text.error();
+  return merge_config_text(cfg, *text, path);
 }
 
 Result<Config> load_config(const ConfigSearch& search) {
   Config cfg;
   if (auto r = merge_config_text(cfg, default_config_yaml(), "<defaults>"); !r) return r.error();
   if (!search.etc_file.empty()) {
-    if (auto r = merge_config_file(cfg, search.etc_file, false); !r) return r.error();
+    if (auto r = merge_config_file(cfg, search.etc_file, false, search.warn); !r) return r.error();
   }
   std::string xdg;
   if (search.xdg_config_home) {
     xdg = *search.xdg_config_home;
+  } else if (secure_mode()) {
+    // Setuid or with capabilities: no file named by the environment, the invoking user's home.
+    if (const struct passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir && *pw->pw_dir)
+      xdg = std::string(pw->pw_dir) + "/.config";
   } else if (const char* env = std::getenv("XDG_CONFIG_HOME"); env && *env) {
     xdg = env;
   } else if (const char* home = std::getenv("HOME"); home && *home) {
     xdg = std::string(home) + "/.config";
   }
   if (!xdg.empty()) {
-    if (auto r = merge_config_file(cfg, xdg + "/sonde/config.yaml", false); !r) return r.error();
+    if (auto r = merge_config_file(cfg, xdg + "/sonde/config.yaml", false, search.warn); !r)
+      return r.error();
   }
   if (!search.cwd_file.empty()) {
-    if (auto r = merge_config_file(cfg, search.cwd_file, false); !r) return r.error();
+    if (auto r = merge_config_file(cfg, search.cwd_file, false, search.warn); !r) return r.error();
   }
   if (!search.explicit_file.empty()) {
-    if (auto r = merge_config_file(cfg, search.explicit_file, true); !r) return r.error();
+    if (auto r = merge_config_file(cfg, search.explicit_file, true, search.warn); !r)
+      return r.error();
   }
   return cfg;
 }

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/trust.hpp"
 #include "gpu/backends.hpp"
 #include "gpu/nvml_types.hpp"
 
@@ -334,7 +335,8 @@ class NvmlBackend final : public Backend {
 std::unique_ptr<Backend> open_nvml(const std::string& path, std::string& note) {
   std::string name = path;
   if (name.empty()) {
-    const char* env = std::getenv("SONDE_NVML_LIBRARY");
+    // Not under setuid/capabilities (AT_SECURE): the environment must not pick a library.
+    const char* env = secure_mode() ? nullptr : std::getenv("SONDE_NVML_LIBRARY");
     name = env != nullptr && *env != '\0' ? env : "libnvidia-ml.so.1";
   }
   auto lib = std::make_unique<Library>();

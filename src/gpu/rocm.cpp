@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/trust.hpp"
 #include "gpu/backends.hpp"
 #include "gpu/rocm_types.hpp"
 
@@ -212,7 +213,8 @@ std::unique_ptr<Backend> open_rocm(const std::string& path, std::string& note) {
   std::vector<std::string> names;
   if (!path.empty()) {
     names.push_back(path);
-  } else if (const char* env = std::getenv("SONDE_ROCM_SMI_LIBRARY"); env != nullptr && *env) {
+  } else if (const char* env = secure_mode() ? nullptr : std::getenv("SONDE_ROCM_SMI_LIBRARY");
+             env != nullptr && *env) {
     names.emplace_back(env);
   } else {
     names = {"librocm_smi64.so",   "librocm_smi64.so.7", "librocm_smi64.so.6",

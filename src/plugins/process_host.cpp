@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 
 #include "core/engine.hpp"
 #include "core/helper_children.hpp"
+#include "core/trust.hpp"
 #include "plugins/plugins.hpp"
 #include "plugins/protocol.hpp"
 
@@ -132,7 +134,12 @@ class ChildProcess {
 Result<std::unique_ptr<ChildProcess>> ChildProcess::start(const SpawnSpec& spec) {
   if (spec.argv.empty() || spec.argv[0].empty())
     return make_error(Errc::unavailable, "empty command");
-  auto exe = resolve_executable(spec.argv[0]);
+  auto found = resolve_executable(spec.argv[0]);
+  if (!found) return found.error();
+  // The program runs with sonde's privileges: the file it resolves to must pass the trust rules
+  // (docs/security.md), at every start and restart, and that checked file is what is executed
+  // (argv[0] stays as given).
+  auto exe = trusted_program(*found);
   if (!exe) return exe.error();
 
   // Everything the child needs is prepared before fork: it may only make async-signal-safe calls.
@@ -760,6 +767,25 @@ bool is_identifier(std::string_view s) {
   });
 }
 
+/// The file of MODULE in python:MODULE.CLASS, when it lies in one of `dirs` (sonde's own
+/// PYTHONPATH; elsewhere it is the interpreter's installed packages): it and its directory must
+/// pass the trust rules, as a native plugin must.
+Result<void> check_python_module(const std::string& what, const std::vector<std::string>& dirs) {
+  std::string rel = what.substr(0, what.rfind('.'));
+  std::replace(rel.begin(), rel.end(), '.', '/');
+  for (const std::string& d : dirs) {
+    for (const std::string& candidate : {d + "/" + rel + ".py", d + "/" + rel + "/__init__.py"}) {
+      struct stat st {};
+      if (::lstat(candidate.c_str(), &st) != 0) continue;
+      auto fd = sonde::open_trusted(candidate, "python module");
+      if (!fd) return make_error(Errc::unavailable, fd.error().message);
+      ::close(*fd);
+      return {};
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Collector>> make_process_collector(std::vector<std::string> command,
@@ -820,39 +846,51 @@ TargetFactory exec_factory() {
 }
 
 TargetFactory python_factory() {
-  return {"python:",
-          [](const std::string& target,
-             const CollectorArgs& args) -> Result<std::unique_ptr<Collector>> {
-            const std::string what = target.substr(std::string_view("python:").size());
-            bool ok = what.find('.') != std::string::npos;
-            for (std::size_t start = 0; ok && start <= what.size();) {
-              const auto dot = what.find('.', start);
-              ok = is_identifier(std::string_view(what).substr(
-                  start, dot == std::string::npos ? std::string::npos : dot - start));
-              if (dot == std::string::npos) break;
-              start = dot + 1;
-            }
-            if (!ok)
-              return make_error(
-                  Errc::config,
-                  fmt::format("collector '{}': _target_ '{}' expected "
-                              "python:MODULE.CLASS (e.g. python:my_site.ib.IbCollector)",
-                              args.name, target));
-            auto dir = python_dir();
-            if (!dir) return dir.error();
-            std::string pythonpath = *dir;
-            if (const char* existing = std::getenv("PYTHONPATH"); existing && *existing)
-              pythonpath += std::string(":") + existing;
-            std::error_code ec;
-            const auto cwd = fs::current_path(ec);
-            if (!ec) pythonpath += ":" + cwd.string();
-            SpawnSpec spec;
-            spec.argv = {python_interpreter(), "-m", "sonde_plugin.runner", what};
-            spec.env["PYTHONPATH"] = pythonpath;
-            spec.name = args.name;
-            return std::unique_ptr<Collector>(
-                new ProcessCollector(std::move(spec), "python", what, args, {}));
-          }};
+  return {
+      "python:",
+      [](const std::string& target,
+         const CollectorArgs& args) -> Result<std::unique_ptr<Collector>> {
+        const std::string what = target.substr(std::string_view("python:").size());
+        bool ok = what.find('.') != std::string::npos;
+        for (std::size_t start = 0; ok && start <= what.size();) {
+          const auto dot = what.find('.', start);
+          ok = is_identifier(std::string_view(what).substr(
+              start, dot == std::string::npos ? std::string::npos : dot - start));
+          if (dot == std::string::npos) break;
+          start = dot + 1;
+        }
+        if (!ok)
+          return make_error(Errc::config,
+                            fmt::format("collector '{}': _target_ '{}' expected "
+                                        "python:MODULE.CLASS (e.g. python:my_site.ib.IbCollector)",
+                                        args.name, target));
+        auto dir = python_dir();
+        if (!dir) return dir.error();
+        std::vector<std::string> path_dirs = {*dir};
+        const char* existing = elevated_privileges() ? nullptr : std::getenv("PYTHONPATH");
+        if (existing && *existing)
+          for (std::string_view rest = existing; !rest.empty();) {
+            const auto colon = rest.find(':');
+            if (colon != 0) path_dirs.emplace_back(rest.substr(0, colon));
+            rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+          }
+        // The current directory is searched only when it passes the trust rules: root running
+        // sonde in another user's directory must not import that user's modules.
+        std::error_code ec;
+        const auto cwd = fs::current_path(ec);
+        struct stat cwd_st {};
+        if (!ec && ::stat(cwd.c_str(), &cwd_st) == 0 && untrusted_reason(cwd_st, "").empty())
+          path_dirs.push_back(cwd.string());
+        if (auto checked = check_python_module(what, path_dirs); !checked) return checked.error();
+        SpawnSpec spec;
+        spec.argv = {python_interpreter(), "-m", "sonde_plugin.runner", what};
+        spec.env["PYTHONPATH"] = fmt::format("{}", fmt::join(path_dirs, ":"));
+        // Python >= 3.11: no current directory first in sys.path (what -m would add).
+        spec.env["PYTHONSAFEPATH"] = "1";
+        spec.name = args.name;
+        return std::unique_ptr<Collector>(
+            new ProcessCollector(std::move(spec), "python", what, args, {}));
+      }};
 }
 
 }  // namespace sonde::plugins

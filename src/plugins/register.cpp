@@ -1,5 +1,4 @@
 // Plugin directories, discovery and the factories for plugin targets.
-#include <sys/auxv.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/trust.hpp"
 #include "plugins/plugins.hpp"
 #include "plugins/protocol.hpp"
 
@@ -16,7 +16,7 @@ namespace sonde::plugins {
 Result<std::pair<std::string, std::string>> native_default_entry(const std::string& path);
 
 bool elevated_privileges() {
-  return ::getauxval(AT_SECURE) != 0;
+  return secure_mode();
 }
 
 namespace {
@@ -131,13 +131,13 @@ void discover_plugins(Config& cfg, const std::vector<std::string>& dirs,
         if (auto ok = merge_config_text(cfg, out.c_str(), path + " (default entry)"); !ok)
           warn(ok.error().message);
       } else if (ext == ".yaml" || ext == ".yml") {
+        // Read from the descriptor that was checked, not by name again.
         auto fd = open_trusted(path);
         if (!fd) {
           warn(fd.error().message);
           continue;
         }
-        ::close(*fd);
-        auto text = read_file(path);
+        auto text = read_trusted(*fd, path, kMaxConfigBytes);
         if (!text) {
           warn(text.error().message);
           continue;

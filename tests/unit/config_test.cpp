@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>  // mkdtemp, setenv
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -155,6 +160,30 @@ TEST(ConfigDefaults, DocsListEverySetting) {
   ss << in.rdbuf();
   for (const SettingInfo& s : setting_table())
     EXPECT_NE(ss.str().find("| `" + std::string(s.key) + "` |"), std::string::npos) << s.key;
+}
+
+// docs/security.md's "Resource bounds" lists every numeric range with its figures.
+TEST(ConfigRanges, SecurityDocListsEveryRange) {
+  std::ifstream in(std::string(SONDE_FIXTURES_DIR) + "/../../docs/security.md");
+  ASSERT_TRUE(in) << "docs/security.md is missing";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  const auto bounds = doc.find("## Resource bounds");
+  ASSERT_NE(bounds, std::string::npos);
+  // Whole numbers as digits (86400), fractions as written (0.001).
+  const auto figure = [](double v) {
+    char buf[64];
+    auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+    return std::string(buf, res.ptr);
+  };
+  for (const NumericRange& r : numeric_ranges()) {
+    const auto row = doc.find(std::string(r.name), bounds);
+    ASSERT_NE(row, std::string::npos) << r.name;
+    const std::string line = doc.substr(row, doc.find('\n', row) - row);
+    EXPECT_NE(line.find(figure(r.min)), std::string::npos) << line;
+    EXPECT_NE(line.find(figure(r.max)), std::string::npos) << r.name << ": " << line;
+  }
 }
 
 TEST(ConfigOrigin, Str) {
@@ -374,8 +403,166 @@ TEST(ConfigLoad, ExplicitDirectoryIsError) {
   search.explicit_file = dir.path().string();
   auto cfg = load_config(search);
   ASSERT_FALSE(cfg.ok());
-  EXPECT_NE(cfg.error().message.find("cannot read config file " + dir.path().string()),
+  EXPECT_NE(cfg.error().message.find("refusing config file " + dir.path().string() +
+                                     ": not a regular file"),
             std::string::npos);
+}
+
+// ---- trust (docs/security.md): the rules of src/core/trust.cpp for configuration files ----
+
+struct Warnings {
+  std::vector<std::string> lines;
+  ConfigWarn fn() {
+    return [this](const std::string& m) { lines.push_back(m); };
+  }
+};
+
+TEST(ConfigTrust, ImplicitWritableFileIsIgnoredWithOneWarning) {
+  TempDir dir;
+  ConfigSearch search = isolated(dir);
+  Warnings w;
+  search.warn = w.fn();
+  dir.write("cwd/sonde.yaml", "interval: 3\n");
+  ASSERT_EQ(::chmod(search.cwd_file.c_str(), 0666), 0);
+  auto cfg = load_config(search);
+  ASSERT_TRUE(cfg.ok()) << cfg.error().message;
+  EXPECT_DOUBLE_EQ(cfg->interval_s, 0.5);
+  EXPECT_EQ(cfg->sources, std::vector<std::string>{"<defaults>"});
+  ASSERT_EQ(w.lines.size(), 1u);
+  EXPECT_EQ(w.lines[0], "ignoring config file " + search.cwd_file +
+                            ": its file is writable by others (mode 666); run chmod go-w on it "
+                            "(see docs/security.md)");
+}
+
+TEST(ConfigTrust, ExplicitWritableFileOrDirectoryIsAnError) {
+  TempDir dir;
+  ConfigSearch search = isolated(dir);
+  search.explicit_file = dir.write("group/c.yaml", "interval: 3\n");
+  ASSERT_EQ(::chmod(search.explicit_file.c_str(), 0664), 0);
+  auto cfg = load_config(search);
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_EQ(cfg.error().message, "refusing config file " + search.explicit_file +
+                                     ": its file is writable by its group (mode 664); run chmod "
+                                     "go-w on it");
+  ASSERT_EQ(::chmod(search.explicit_file.c_str(), 0644), 0);
+  ASSERT_EQ(::chmod((dir.path() / "group").c_str(), 0777), 0);
+  cfg = load_config(search);
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.error().message.find("its directory is writable by others (mode 777)"),
+            std::string::npos)
+      << cfg.error().message;
+  ASSERT_EQ(::chmod((dir.path() / "group").c_str(), 0755), 0);
+  cfg = load_config(search);
+  ASSERT_TRUE(cfg.ok()) << cfg.error().message;
+  EXPECT_DOUBLE_EQ(cfg->interval_s, 3);
+}
+
+// A sticky directory writable by all (/tmp): only a file's owner may replace the file there, so
+// the file's own owner and mode decide.
+TEST(ConfigTrust, StickyDirectoryIsAccepted) {
+  TempDir dir;
+  ConfigSearch search = isolated(dir);
+  search.explicit_file = dir.write("tmp/c.yaml", "interval: 3\n");
+  ASSERT_EQ(::chmod((dir.path() / "tmp").c_str(), 01777), 0);
+  auto cfg = load_config(search);
+  ASSERT_TRUE(cfg.ok()) << cfg.error().message;
+  EXPECT_DOUBLE_EQ(cfg->interval_s, 3);
+  ASSERT_EQ(::chmod(search.explicit_file.c_str(), 0666), 0);
+  EXPECT_FALSE(load_config(search).ok());
+}
+
+TEST(ConfigTrust, SymbolicLinkIsRefused) {
+  TempDir dir;
+  ConfigSearch search = isolated(dir);
+  const std::string real = dir.write("real.yaml", "interval: 3\n");
+  search.explicit_file = (dir.path() / "link.yaml").string();
+  fs::create_symlink(real, search.explicit_file);
+  auto cfg = load_config(search);
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_EQ(cfg.error().message, "refusing config file " + search.explicit_file +
+                                     ": it is a symbolic link (give the real file)");
+}
+
+TEST(ConfigTrust, FileOfAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a file to another uid";
+  TempDir dir;
+  ConfigSearch search = isolated(dir);
+  Warnings w;
+  search.warn = w.fn();
+  dir.write("cwd/sonde.yaml", "interval: 3\n");
+  ASSERT_EQ(::chown(search.cwd_file.c_str(), 4242, 4242), 0);
+  auto cfg = load_config(search);
+  ASSERT_TRUE(cfg.ok()) << cfg.error().message;
+  EXPECT_DOUBLE_EQ(cfg->interval_s, 0.5);
+  ASSERT_EQ(w.lines.size(), 1u);
+  EXPECT_EQ(w.lines[0], "ignoring config file " + search.cwd_file +
+                            ": its file is owned by uid 4242, not by root or you (uid 0) (see "
+                            "docs/security.md)");
+  // Its directory another user's: refused as well.
+  ASSERT_EQ(::chown(search.cwd_file.c_str(), 0, 0), 0);
+  ASSERT_EQ(::chown((dir.path() / "cwd").c_str(), 4242, 4242), 0);
+  search.explicit_file = search.cwd_file;
+  cfg = load_config(search);
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.error().message.find("its directory is owned by uid 4242"), std::string::npos);
+}
+
+TEST(ConfigTrust, OversizedFileIsRefused) {
+  TempDir dir;
+  ConfigSearch search = isolated(dir);
+  search.explicit_file = dir.write("big.yaml", std::string(kMaxConfigBytes + 1, '#'));
+  auto cfg = load_config(search);
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.error().message.find("larger than " + std::to_string(kMaxConfigBytes)),
+            std::string::npos)
+      << cfg.error().message;
+}
+
+// ---- ranges and expansion limits ----
+
+TEST(ConfigRanges, EveryRangeIsFiniteAndOrdered) {
+  for (const NumericRange& r : numeric_ranges()) {
+    EXPECT_TRUE(std::isfinite(r.min) && std::isfinite(r.max)) << r.name;
+    EXPECT_LE(r.min, r.max) << r.name;
+  }
+  EXPECT_DOUBLE_EQ(numeric_range("interval").min, 0.001);
+  EXPECT_DOUBLE_EQ(numeric_range("interval").max, 86400);
+}
+
+TEST(ConfigRanges, ParseInRangeRefusesWhatIsNotAFiniteNumberInRange) {
+  const NumericRange& interval = numeric_range("interval");
+  for (const char* bad : {"inf", "infinity", "-inf", "nan", "1e308", "-1", "0", "0.0009", "86401",
+                          "", " 1", "1s", "0x10"}) {
+    auto v = parse_in_range(interval, bad);
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_EQ(v.error().message,
+              "expected a number of seconds from 0.001 to 86400, got '" + std::string(bad) + "'");
+  }
+  for (const char* good : {"0.001", "0.5", "86400", "1e-3"})
+    EXPECT_TRUE(parse_in_range(interval, good).ok()) << good;
+  auto pid = parse_in_range(numeric_range("--pid"), "1.5", true);
+  ASSERT_FALSE(pid.ok());
+  EXPECT_EQ(pid.error().message, "expected a whole number from 1 to 4194304, got '1.5'");
+}
+
+TEST(ConfigRanges, SmallestAndLargestIntervalAreAccepted) {
+  for (const char* text : {"interval: 0.001\n", "interval: 86400\n"}) {
+    Config cfg = defaults();
+    auto r = merge_config_text(cfg, text, "c.yaml");
+    EXPECT_TRUE(r.ok()) << text << r.error().message;
+  }
+}
+
+TEST(ConfigLimits, ModestAliasesAreAccepted) {
+  std::string text =
+      "collectors:\n  a:\n    _target_: exec\n    command: &cmd [my-sensor, --json]\n"
+      "    handler: &h {_target_: ScalarHandler, column: a}\n";
+  for (int i = 0; i < 20; ++i)
+    text += "  b" + std::to_string(i) + ": {_target_: exec, command: *cmd, handler: *h}\n";
+  Config cfg = defaults();
+  auto r = merge_config_text(cfg, text, "c.yaml");
+  // Duplicate columns across collectors are the engine's business; the parser accepts them.
+  EXPECT_TRUE(r.ok()) << r.error().message;
 }
 
 void expect_same(const Config& a, const Config& b) {
@@ -475,18 +662,28 @@ const BadCase kBadCases[] = {
      "collectors)"},
     {"duplicate_key", "interval: 1\nout_dir: a\ninterval: 2\n", 3,
      "duplicate key 'interval' (first given on line 1)"},
-    {"interval_zero", "interval: 0\n", 1, "interval: expected a number of seconds > 0, got '0'"},
+    {"interval_zero", "interval: 0\n", 1,
+     "interval: expected a number of seconds from 0.001 to 86400, got '0'"},
     {"interval_negative", "\ninterval: -1\n", 2,
-     "interval: expected a number of seconds > 0, got '-1'"},
+     "interval: expected a number of seconds from 0.001 to 86400, got '-1'"},
     {"interval_word", "interval: fast\n", 1,
-     "interval: expected a number of seconds > 0, got 'fast'"},
+     "interval: expected a number of seconds from 0.001 to 86400, got 'fast'"},
     {"interval_quoted", "interval: \"0.5\"\n", 1,
-     "expected a number of seconds > 0, got '0.5' (a quoted string)"},
+     "expected a number of seconds from 0.001 to 86400, got '0.5' (a quoted string)"},
     {"interval_empty", "interval:\nout_dir: x\n", 1,
-     "interval: expected a number of seconds > 0, got nothing"},
-    {"interval_too_small", "interval: 0.001\n", 1,
-     "interval: expected a number of seconds >= 0.01, got '0.001'"},
-    {"interval_nan", "interval: .nan\n", 1, "expected a number of seconds > 0, got '.nan'"},
+     "interval: expected a number of seconds from 0.001 to 86400, got nothing"},
+    {"interval_too_small", "interval: 0.0009\n", 1,
+     "interval: expected a number of seconds from 0.001 to 86400, got '0.0009'"},
+    {"interval_too_large", "interval: 86401\n", 1,
+     "interval: expected a number of seconds from 0.001 to 86400, got '86401'"},
+    {"interval_huge", "interval: 1e308\n", 1,
+     "interval: expected a number of seconds from 0.001 to 86400, got '1e308'"},
+    {"interval_inf", "interval: .inf\n", 1,
+     "interval: expected a number of seconds from 0.001 to 86400, got '.inf'"},
+    {"interval_inf_word", "interval: infinity\n", 1,
+     "interval: expected a number of seconds from 0.001 to 86400, got 'infinity'"},
+    {"interval_nan", "interval: .nan\n", 1,
+     "expected a number of seconds from 0.001 to 86400, got '.nan'"},
     {"levels_unknown", "levels:\n  - process\n  - gpu\n", 3,
      "levels: unknown level 'gpu' (expected one of: process, user, slurm, system)"},
     {"levels_duplicate", "levels: [user, system, user]\n", 1, "levels: duplicate level 'user'"},
@@ -559,9 +756,24 @@ const BadCase kBadCases[] = {
     {"enabled_not_bool", "collectors:\n  cpu:\n    enabled: maybe\n", 3,
      "collectors.cpu.enabled: expected true or false, got 'maybe'"},
     {"timeout_zero", "collectors:\n  cpu:\n    timeout: 0\n", 3,
-     "collectors.cpu.timeout: expected a number of seconds > 0, got '0'"},
+     "collectors.cpu.timeout: expected a number of seconds from 0.001 to 86400, got '0'"},
     {"timeout_negative", "collectors:\n  cpu: {timeout: -0.5}\n", 2,
-     "collectors.cpu.timeout: expected a number of seconds > 0, got '-0.5'"},
+     "collectors.cpu.timeout: expected a number of seconds from 0.001 to 86400, got '-0.5'"},
+    {"timeout_inf", "collectors:\n  cpu: {timeout: .inf}\n", 2,
+     "collectors.cpu.timeout: expected a number of seconds from 0.001 to 86400, got '.inf'"},
+    {"billion_laughs",
+     "collectors:\n"
+     "  cpu:\n"
+     "    a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+     "    b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     "    c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+     "    d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+     "    e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+     "    f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+     "    g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\n"
+     "    h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g, *g]\n"
+     "    i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h, *h]\n",
+     1, "the YAML expands to more than"},
 };
 
 void PrintTo(const BadCase& c, std::ostream* os) {
@@ -593,7 +805,8 @@ TEST(ConfigErrors, ExactMessageWithColumn) {
   auto r = merge_config_text(cfg, "# sonde\n# site settings\ninterval: fast\n", "config.yaml");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().message,
-            "config.yaml:3:11: interval: expected a number of seconds > 0, got 'fast'");
+            "config.yaml:3:11: interval: expected a number of seconds from 0.001 to 86400, got "
+            "'fast'");
 }
 
 TEST(ConfigErrors, UnknownKeyMessageListsTheSettingTable) {
