@@ -52,12 +52,12 @@ inline constexpr std::uint64_t kMaxCellHistoryBytes = 64u << 20;  ///< cell_hist
 inline constexpr std::size_t kMaxRunFileLines = 1u << 24;         ///< lines of a perf_<level>.csv
 inline constexpr std::size_t kMaxRunLineBytes = 1u << 20;         ///< bytes of one CSV line
 inline constexpr std::uint64_t kMaxRunValues = 1u << 26;   ///< values of a run (512 MiB as double)
-inline constexpr std::uint64_t kMaxZipBytes = 1ull << 30;  ///< a zipped run, read whole
+inline constexpr std::uint64_t kMaxZipBytes = 256u << 20;  ///< a zipped run, read whole
 /// What a zip's entries may inflate to, in all: kMaxZipInflateRatio times the archive's size
 /// (at least kZipInflateFloorBytes), and never more than kMaxZipInflatedBytes.
 inline constexpr std::uint64_t kMaxZipInflateRatio = 100;
 inline constexpr std::uint64_t kZipInflateFloorBytes = 64u << 20;
-inline constexpr std::uint64_t kMaxZipInflatedBytes = 4ull << 30;
+inline constexpr std::uint64_t kMaxZipInflatedBytes = 2ull << 30;
 
 /// Reads a run directory. A truncated last line (the run was killed) is skipped; a malformed
 /// file is an error naming the file and line. The run's files are plain names inside `dir`

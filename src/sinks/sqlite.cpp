@@ -202,6 +202,7 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::open(const std::string& path, Mode m
     if (::stat(parent_dir.c_str(), &dst) == 0 && dst.st_uid != me && dst.st_uid != 0)
       foreign = true;
   }
+  bool live = false;  // a -wal or -shm file: a writer may be at work
   for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
     const std::string f = path + suffix;
     struct stat st {};
@@ -214,13 +215,30 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::open(const std::string& path, Mode m
     if (!S_ISREG(st.st_mode))
       return make_error(Errc::config, fmt::format("{} is not a regular file", f));
     if (mode == Mode::read && st.st_uid != ::geteuid() && st.st_uid != 0) foreign = true;
+    if (*suffix == '-' && suffix[1] != 'j') live = true;
   }
   std::unique_ptr<SqliteDb> d(new SqliteDb());
   d->path_ = path;
   int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW;
   flags |= foreign ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
   if (mode == Mode::write) flags |= SQLITE_OPEN_CREATE;
-  int rc = sqlite3_open_v2(path.c_str(), &d->db_, flags, nullptr);
+  std::string name = path;
+  if (foreign) {
+    // Even a read-only connection creates -wal and -shm (read-write) next to the database.
+    // Another user's database is read without touching their directory: as immutable when no
+    // writer is at work (everything is in the file), else through their -shm, read-only.
+    flags |= SQLITE_OPEN_URI;
+    name = "file:";
+    for (const char c : path) {
+      if (c == '%' || c == '?' || c == '#' || static_cast<unsigned char>(c) < 0x21 ||
+          static_cast<unsigned char>(c) >= 0x7f)
+        name += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+      else
+        name += c;
+    }
+    name += live ? "?mode=ro&readonly_shm=1" : "?mode=ro&immutable=1";
+  }
+  int rc = sqlite3_open_v2(name.c_str(), &d->db_, flags, nullptr);
   if (rc != SQLITE_OK && mode == Mode::read && !foreign) {
     // A file we may only read (another user's database, a read-only mount).
     sqlite3_close_v2(d->db_);

@@ -151,6 +151,34 @@ TEST(HostileOutputs, SqliteFilesThatAreLinksAreRefused) {
   EXPECT_EQ(read_file(v), "precious\n");
 }
 
+TEST(HostileOutputs, AnotherUsersDatabaseIsReadButNothingIsCreatedBesideIt) {
+  const auto other = other_uid();
+  if (!other) GTEST_SKIP() << "needs root to make a directory of another user";
+  const fs::path dir = scratch_dir();
+  const fs::path theirs = dir / "theirs";
+  fs::create_directories(theirs);
+  const fs::path db = theirs / "runs.sqlite";
+  ASSERT_EQ(sonde({"record", "--system", "--duration", "0.2", "--interval", "0.1", "--quiet",
+                   "--out", db.string()})
+                .status,
+            0);
+  ASSERT_EQ(::chown(theirs.c_str(), *other, *other), 0);
+  ASSERT_EQ(::chown(db.c_str(), *other, *other), 0);
+  const RunResult l = sonde({"runs", "list", db.string()});
+  EXPECT_EQ(l.status, 0) << l.describe();
+  EXPECT_NE(l.out.find("(node)"), std::string::npos) << l.out;
+  const RunResult rep = sonde({"report", db.string(), "-o", (dir / "r.html").string()});
+  EXPECT_EQ(rep.status, 0) << rep.describe();
+  // SQLite would create runs.sqlite-wal and -shm (root's, read-write) in their directory.
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(theirs)) names.push_back(e.path().filename());
+  EXPECT_EQ(names, std::vector<std::string>{"runs.sqlite"});
+  const RunResult w = sonde({"record", "--system", "--duration", "0.2", "--interval", "0.1",
+                             "--quiet", "--out", db.string()});
+  EXPECT_EQ(w.status, 2) << w.describe();
+  EXPECT_NE(w.err.find("owned by"), std::string::npos) << w.err;
+}
+
 TEST(HostileInputs, RunsListOnADamagedDatabaseFails) {
   const fs::path dir = scratch_dir();
   const fs::path db = dir / "runs.sqlite";
