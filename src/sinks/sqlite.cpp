@@ -745,12 +745,16 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
   if (!cols) return cols.error();
   sqlite3_bind_int64(cols->get(), 1, *id);
   std::array<std::vector<std::string>, kNumLevels> names;
+  std::size_t column_count = 0;
   int crc = 0;
   while ((crc = sqlite3_step(cols->get())) == SQLITE_ROW) {
     const auto l = parse_level(column_text(cols->get(), 0));
     if (!l)
       return make_error(Errc::parse, fmt::format("{}: run {} has an unknown level '{}'", path, *id,
                                                  column_text(cols->get(), 0)));
+    if (++column_count > kMaxRunLineBytes)
+      return make_error(Errc::parse, fmt::format("{}: run {} has more than {} columns", path, *id,
+                                                 kMaxRunLineBytes));
     names[level_index(*l)].push_back(column_text(cols->get(), 1));
     if (std::find(levels.begin(), levels.end(), *l) == levels.end()) levels.push_back(*l);
   }
@@ -761,6 +765,7 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
                            "level = ? ORDER BY tick");
   if (!rows) return rows.error();
   std::vector<double> values;
+  std::uint64_t values_left = kMaxRunValues;  // the bounds of a run directory (run_data.hpp)
   for (Level l : levels) {
     LevelTable t;
     t.level = l;
@@ -776,6 +781,13 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
       const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s, 3));
       const std::string_view v(text ? text : "",
                                static_cast<std::size_t>(sqlite3_column_bytes(s, 3)));
+      if (v.size() > kMaxRunLineBytes || values_left < t.columns.size())
+        return make_error(Errc::parse,
+                          fmt::format("{}: run {}, level {}, tick {}: more than sonde reads of "
+                                      "one run ({} bytes a row, {} values in all)",
+                                      path, *id, ln, sqlite3_column_int64(s, 0), kMaxRunLineBytes,
+                                      kMaxRunValues));
+      values_left -= t.columns.size();
       if (!parse_values(v, values) || values.size() != names[level_index(l)].size())
         return make_error(
             Errc::parse,
