@@ -81,6 +81,14 @@ TEST(HostileOutputs, ARunDirectoryOfAnotherUserIsRefused) {
   EXPECT_NE(r.err.find(out.string()), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("owned by"), std::string::npos) << r.err;
   EXPECT_EQ(read_file(v), "precious\n");
+  // Their run directory is read, but the report's default place (inside it) is refused.
+  const fs::path run = stored_run(dir);
+  ASSERT_EQ(::chown(run.c_str(), *other, *other), 0);
+  const RunResult rep = sonde({"report", run.string()});
+  EXPECT_EQ(rep.status, 2) << rep.describe();
+  EXPECT_NE(rep.err.find("-o FILE"), std::string::npos) << rep.err;
+  EXPECT_FALSE(fs::exists(run / "report.html"));
+  EXPECT_EQ(sonde({"report", run.string(), "-o", (dir / "mine.html").string()}).status, 0);
   // A link to a directory is refused as well.
   fs::create_directory_symlink(dir, dir / "L");
   const RunResult l = sonde({"record", "--system", "--duration", "0.2", "--interval", "0.1",
