@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import stat as _stat
 import tempfile
 import time
 import zipfile
@@ -111,10 +112,13 @@ class CellHistory:
 
     def write_csv(self, path):
         with open(path, "w", newline="") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(CELL_COLUMNS)
-            for c in self.cells:
-                w.writerow([c.index, f"{c.start_wallclock:.6f}", f"{c.end_wallclock:.6f}", c.code])
+            self.write_csv_to(f)
+
+    def write_csv_to(self, f):
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(CELL_COLUMNS)
+        for c in self.cells:
+            w.writerow([c.index, f"{c.start_wallclock:.6f}", f"{c.end_wallclock:.6f}", c.code])
 
     @classmethod
     def read_csv(cls, path):
@@ -204,19 +208,56 @@ class StoredData:
         return _native.summarize_dir(self.directory, window)
 
 
+def _open_new(directory, name):
+    """A new file in `directory`, as sonde's C++ writers create them (src/core/fs.hpp): O_EXCL and
+    O_NOFOLLOW, so an entry someone planted (a link to another file) is an error, never
+    written through."""
+    fd = os.open(os.path.join(directory, name),
+                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    return os.fdopen(fd, "w", newline="")
+
+
+def _check_output_dir(directory):
+    """The directory must be a real directory (not a link) owned by the user or root."""
+    st = os.lstat(directory)
+    if _stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"{directory} is a symbolic link; give the directory itself")
+    if not _stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{directory} is not a directory")
+    if st.st_uid not in (os.geteuid(), 0):
+        raise UsageError(f"refusing to write into {directory}: it is owned by uid {st.st_uid}, "
+                         f"not by you or root")
+
+
 def export_session(data, history, path):
     """Writes a session directory (or a .zip when `path` ends in .zip); returns the path."""
     path = os.fspath(path)
     if path.endswith(".zip"):
+        parent = os.path.dirname(path) or "."
+        _check_output_dir(parent)
         with tempfile.TemporaryDirectory(prefix="sonde-session-") as tmp:
             _write_dir(data, history, tmp)
-            with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-                for name in sorted(os.listdir(tmp)):
-                    z.write(os.path.join(tmp, name), name)
+            # A temporary file with an unpredictable name (mkstemp: O_EXCL), renamed over the
+            # target: a link at `path` is replaced, never followed.
+            fd, part = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
+                                        dir=parent)
+            try:
+                with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
+                    for name in sorted(os.listdir(tmp)):
+                        z.write(os.path.join(tmp, name), name)
+                os.chmod(part, 0o644)
+                os.replace(part, path)
+            except BaseException:
+                try:
+                    os.unlink(part)
+                except FileNotFoundError:
+                    pass
+                raise
         return path
-    if os.path.exists(os.path.join(path, "manifest.json")):
+    if os.path.lexists(os.path.join(path, "manifest.json")):
         raise UsageError(f"{path} already holds a session (manifest.json); choose another name")
     os.makedirs(path, exist_ok=True)
+    _check_output_dir(path)
     _write_dir(data, history, path)
     return path
 
@@ -238,7 +279,7 @@ def _write_dir(data, history, directory):
         for row in values:
             buf.write(",".join(f"{v:.6f}" if i == wi else format_number(v)
                                for i, v in enumerate(row)) + "\n")
-        with open(os.path.join(directory, name), "w") as f:
+        with _open_new(directory, name) as f:
             f.write(buf.getvalue())
     manifest["files"] = files
     manifest.setdefault("mode", "jupyter")
@@ -250,8 +291,9 @@ def _write_dir(data, history, directory):
     manifest["complete"] = True
     manifest["cells"] = len(history)
     manifest["cell_history"] = "cell_history.csv"
-    history.write_csv(os.path.join(directory, "cell_history.csv"))
-    with open(os.path.join(directory, "manifest.json"), "w") as f:
+    with _open_new(directory, "cell_history.csv") as f:
+        history.write_csv_to(f)
+    with _open_new(directory, "manifest.json") as f:
         json.dump(manifest, f, indent=2)
         f.write("\n")
 

@@ -57,8 +57,11 @@ int write_run_report(const std::string& run_spec, const std::string& output,
   options.charts = std::move(*rules);
   options.compress = compress;
   if (auto ok = write_report(*run, options, out); !ok) {
-    print_error(ok.error().message);
-    return kExitFailure;
+    // A directory of another user's, a link at the file's name: refused, nothing written.
+    print_error(ok.error().code == Errc::config && output.empty()
+                    ? ok.error().message + " (choose where the report goes with -o FILE)"
+                    : ok.error().message);
+    return ok.error().code == Errc::config ? kExitUsage : kExitFailure;
   }
   std::cerr << "sonde: report written to " << out << "\n";
   return kExitOk;

@@ -4,12 +4,12 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "core/fs.hpp"
 #include "sinks/sqlite.hpp"
 
 namespace sonde::cli {
@@ -161,10 +161,7 @@ int cmd_runs(const RunsOptions& o) {
       std::cout << text;
       return kExitOk;
     }
-    std::ofstream f(o.out);
-    f << text;
-    f.close();
-    if (!f) return fail(make_error(Errc::io, fmt::format("cannot write {}", o.out)));
+    if (auto ok = write_file_atomic(o.out, text); !ok) return fail(ok.error());
     std::cerr << fmt::format("sonde: run {} exported to {}\n", run->source, o.out);
     return kExitOk;
   }

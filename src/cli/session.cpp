@@ -423,9 +423,8 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   }
   if (!streaming && !common.quiet) std::cerr << summary_text(summary);
   if (!common.summary_json.empty()) {
-    std::ofstream f(common.summary_json);
-    f << summary.dump(2) << "\n";
-    if (!f) print_error("cannot write " + common.summary_json);
+    if (auto ok = write_file_atomic(common.summary_json, summary.dump(2) + "\n"); !ok)
+      print_error(ok.error().message);
   }
   if (run_dir && common.report) write_run_report(run_dir->dir(), common.report_file, common.charts);
   if (sqlite && common.report)

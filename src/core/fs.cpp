@@ -2,11 +2,16 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pwd.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 
 namespace sonde {
 namespace {
@@ -17,30 +22,10 @@ Error errno_error(const std::string& path, int err) {
   return make_error(code, path + ": " + std::strerror(err));
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Close explicitly where its error matters (after writing).
-  int release_close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 Result<std::string> read_file(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return errno_error(path, errno);
   // procfs and sysfs report st_size 0 (or a page size), so read until EOF instead.
   std::string out;
@@ -115,33 +100,192 @@ Result<std::string> read_link(const std::string& path) {
   }
 }
 
-Result<void> write_file_atomic(const std::string& path, std::string_view text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return make_error(Errc::io, tmp + ": " + std::strerror(errno));
-  auto fail = [&tmp](int err) {
-    ::unlink(tmp.c_str());
-    return make_error(Errc::io, tmp + ": " + std::strerror(err));
-  };
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
+  if (this != &o) reset(o.release());
+  return *this;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+int UniqueFd::close() {
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  return rc;
+}
+
+bool is_plain_name(std::string_view name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of(std::string_view("/\0", 2)) == std::string_view::npos;
+}
+
+namespace {
+
+std::string owner_text(uid_t uid) {
+  std::string out = "uid " + std::to_string(uid);
+  std::vector<char> buf(4096);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found)
+    out += std::string(" (") + found->pw_name + ")";
+  return out;
+}
+
+// "dir/" and "dir" name the same directory, but a trailing slash makes open() follow a link.
+std::string without_trailing_slashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+// A name no other user can guess in advance (so cannot plant): 64 random bits.
+std::string random_suffix() {
+  std::uint64_t r = 0;
+  if (::getrandom(&r, sizeof r, 0) != static_cast<ssize_t>(sizeof r)) {
+    // getrandom cannot fail for 8 bytes after boot; mix what we have rather than give up.
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    r = static_cast<std::uint64_t>(ts.tv_nsec) * 0x9E3779B97F4A7C15ull ^
+        static_cast<std::uint64_t>(::getpid());
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(r));
+  return buf;
+}
+
+bool write_all_fd(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return fail(errno);
+      return false;
     }
-    done += static_cast<std::size_t>(n);
+    text.remove_prefix(static_cast<std::size_t>(n));
   }
+  return true;
+}
+
+}  // namespace
+
+Result<UniqueFd> open_output_dir(const std::string& path_in, bool create) {
+  const std::string path = without_trailing_slashes(path_in);
+  if (path.empty()) return make_error(Errc::config, "empty output directory name");
+  if (create) {
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (ec)
+      return make_error(Errc::io,
+                        "cannot create directory " + parent.string() + ": " + ec.message());
+    if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
+      return make_error(Errc::io, "cannot create directory " + path + ": " + std::strerror(errno));
+  }
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
+    const int err = errno;
+    struct stat st {};
+    if ((err == ELOOP || err == ENOTDIR) && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+      return make_error(Errc::config, path +
+                                          " is a symbolic link; sonde does not write through "
+                                          "links: give the directory itself");
+    if (err == ENOTDIR) return make_error(Errc::config, path + " is not a directory");
+    return make_error(Errc::io, path + ": " + std::strerror(err));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return make_error(Errc::io, path + ": " + std::strerror(errno));
+  const uid_t me = ::geteuid();
+  if (st.st_uid != me && st.st_uid != 0)
+    return make_error(Errc::config, "refusing to write into " + path + ": it is owned by " +
+                                        owner_text(st.st_uid) + ", not by you (" + owner_text(me) +
+                                        ") or root; another user could plant or swap files in it");
+  return fd;
+}
+
+Result<UniqueFd> create_file_in(int dirfd, const std::string& name, const std::string& shown,
+                                int flags, mode_t mode) {
+  if (!is_plain_name(name)) return make_error(Errc::config, shown + ": not a plain file name");
+  UniqueFd fd(::openat(dirfd, name.c_str(),
+                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | flags, mode));
+  if (!fd) {
+    const int err = errno;
+    if (err == EEXIST)
+      return make_error(Errc::config, shown +
+                                          " already exists (sonde creates its output files "
+                                          "new, it never opens an existing entry or link)");
+    return make_error(Errc::io, "cannot create " + shown + ": " + std::strerror(err));
+  }
+  return fd;
+}
+
+Result<void> replace_file_in(int dirfd, const std::string& name, std::string_view text,
+                             const std::string& shown) {
+  if (!is_plain_name(name)) return make_error(Errc::config, shown + ": not a plain file name");
+  struct stat st {};
+  if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
+    return make_error(Errc::config,
+                      shown +
+                          (S_ISLNK(st.st_mode) ? " is a symbolic link" : " is not a regular file") +
+                          "; sonde replaces only regular files, it never writes through links");
+  std::string tmp;
+  UniqueFd fd;
+  for (int attempt = 0; attempt < 16 && !fd; ++attempt) {
+    tmp = name + ".tmp." + random_suffix();
+    fd.reset(
+        ::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!fd && errno != EEXIST) break;
+  }
+  if (!fd)
+    return make_error(Errc::io,
+                      "cannot create a temporary file for " + shown + ": " + std::strerror(errno));
+  auto fail = [&](int err, const std::string& what) {
+    ::unlinkat(dirfd, tmp.c_str(), 0);
+    return make_error(Errc::io, what + ": " + std::strerror(err));
+  };
+  if (!write_all_fd(fd.get(), text)) return fail(errno, "cannot write " + shown);
   // Without fsync the rename can reach the disk before the data, leaving an empty file after a
   // crash: exactly what the atomic write is meant to prevent.
-  if (::fsync(fd.get()) != 0) return fail(errno);
-  if (fd.release_close() != 0) return fail(errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return make_error(Errc::io, "rename " + tmp + " -> " + path + ": " + std::strerror(err));
-  }
+  if (::fsync(fd.get()) != 0) return fail(errno, "cannot write " + shown);
+  if (fd.close() != 0) return fail(errno, "cannot write " + shown);
+  // renameat replaces the directory entry: a link planted at `name` after the check above is
+  // replaced, never followed.
+  if (::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0)
+    return fail(errno, "cannot rename a temporary file to " + shown);
   return {};
+}
+
+Result<void> write_file_atomic(const std::string& path, std::string_view text) {
+  const std::size_t slash = path.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? std::string(".") : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (!is_plain_name(name))
+    return make_error(Errc::config, path + ": expected a file name, not a directory");
+  auto dirfd = open_output_dir(dir, false);
+  if (!dirfd) return dirfd.error();
+  return replace_file_in(dirfd->get(), name, text, path);
+}
+
+Result<UniqueFd> open_regular_in(int dirfd, const std::string& name, const std::string& shown,
+                                 std::uint64_t* size_bytes) {
+  if (!is_plain_name(name))
+    return make_error(Errc::parse, shown +
+                                       ": not a plain file name (a run's files are names "
+                                       "inside the run: no `/`, no `..`)");
+  UniqueFd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    const int err = errno;
+    if (err == ELOOP)
+      return make_error(Errc::parse, shown +
+                                         " is a symbolic link; sonde does not follow links "
+                                         "in a run");
+    return make_error(err == ENOENT ? Errc::io : Errc::io, shown + ": " + std::strerror(err));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return make_error(Errc::io, shown + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return make_error(Errc::parse, shown + " is not a regular file");
+  if (size_bytes) *size_bytes = static_cast<std::uint64_t>(st.st_size);
+  return fd;
 }
 
 }  // namespace sonde

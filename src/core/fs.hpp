@@ -1,5 +1,10 @@
 #pragma once
-// File access through injectable roots, so tests can point the engine at a fixture tree.
+// File access through injectable roots, so tests can point the engine at a fixture tree; and the
+// one place where sonde creates files (docs/security.md, "Files sonde writes"): output directories
+// owned by the invoking user, files created with O_EXCL|O_NOFOLLOW, replaced by rename.
+#include <sys/types.h>
+
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,7 +31,61 @@ Result<std::vector<std::string>> list_dir(const std::string& path);
 /// Target of a symbolic link, or an error.
 Result<std::string> read_link(const std::string& path);
 
-/// Writes `text` to `path` atomically (temporary file in the same directory, then rename).
+/// An owning file descriptor: closed once, by the destructor or by close().
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  /// Gives up ownership.
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+  /// Closes now, where its error matters (after writing); 0 or -1 with errno.
+  int close();
+
+ private:
+  int fd_ = -1;
+};
+
+/// Opens the directory `path` to create files in (O_DIRECTORY; its last component is never a
+/// symbolic link). With `create`, a missing directory is made (mode 0755; parents too). The
+/// directory must be owned by the effective user or by root: another user could otherwise swap
+/// or plant entries in it; an error (Errc::config) names it and its owner.
+Result<UniqueFd> open_output_dir(const std::string& path, bool create);
+
+/// Creates the new regular file `name` (a plain name, no `/`) in `dirfd` with
+/// O_CREAT|O_EXCL|O_NOFOLLOW: an existing entry, a planted symbolic link included, is an error,
+/// never opened. `shown` is the path that errors name. `flags` adds to O_WRONLY|O_CLOEXEC.
+Result<UniqueFd> create_file_in(int dirfd, const std::string& name, const std::string& shown,
+                                int flags = 0, mode_t mode = 0644);
+
+/// Replaces (or creates) `name` in `dirfd` atomically with `text`: a temporary file with an
+/// unpredictable name created with O_EXCL, written, fsynced, then renamed over `name` with
+/// renameat. An existing `name` that is not a regular file (a symbolic link, a FIFO) is refused.
+Result<void> replace_file_in(int dirfd, const std::string& name, std::string_view text,
+                             const std::string& shown);
+
+/// Writes `text` to `path` atomically: open_output_dir(parent, false) then replace_file_in. The
+/// last component of `path` is never followed when it is a link.
 Result<void> write_file_atomic(const std::string& path, std::string_view text);
+
+/// Opens the regular file `name` (a plain name: not empty, no `/`, not `.` or `..`) in `dirfd`
+/// for reading: O_NOFOLLOW|O_NONBLOCK, then fstat; a link, FIFO, device or directory is an error
+/// naming `shown` that says nothing of what the entry holds. `size_bytes` gets st_size.
+Result<UniqueFd> open_regular_in(int dirfd, const std::string& name, const std::string& shown,
+                                 std::uint64_t* size_bytes = nullptr);
+
+/// Whether `name` is a plain file name: not empty, not `.`/`..`, no `/` and no NUL.
+bool is_plain_name(std::string_view name);
 
 }  // namespace sonde

@@ -48,18 +48,19 @@ std::string RunDirSink::default_dir(const std::string& parent,
 
 Result<std::unique_ptr<RunDirSink>> RunDirSink::create(const std::string& dir, const Engine& engine,
                                                        nlohmann::json meta) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    return make_error(Errc::io,
-                      fmt::format("cannot create run directory {}: {}", dir, ec.message()));
-  if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json"))
+  auto dir_fd = open_output_dir(dir, true);
+  if (!dir_fd)
+    return make_error(dir_fd.error().code,
+                      fmt::format("cannot use run directory: {}", dir_fd.error().message));
+  struct stat st {};
+  if (::fstatat(dir_fd->get(), "manifest.json", &st, AT_SYMLINK_NOFOLLOW) == 0)
     return make_error(
         Errc::config,
         fmt::format("{} already holds a run (manifest.json); choose another --out", dir));
   std::unique_ptr<RunDirSink> s(new RunDirSink());
   s->engine_ = &engine;
   s->dir_ = dir;
+  s->dir_fd_ = std::move(*dir_fd);
   s->manifest_ = std::move(meta);
   s->manifest_["sonde_version"] = SONDE_VERSION;
   s->manifest_["host"] = engine.node_info().hostname;
@@ -76,10 +77,10 @@ Result<std::unique_ptr<RunDirSink>> RunDirSink::create(const std::string& dir, c
   for (Level l : engine.levels()) {
     const std::string name = fmt::format("perf_{}.csv", level_name(l));
     const std::string path = dir + "/" + name;
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0)
-      return make_error(Errc::io, fmt::format("cannot create {}: {}", path, std::strerror(errno)));
-    s->fds_[level_index(l)] = fd;
+    auto file = create_file_in(s->dir_fd_.get(), name, path, O_APPEND);
+    if (!file) return file.error();
+    const int fd = file->get();
+    s->fds_[level_index(l)] = std::move(*file);
     std::string header = "time,wallclock";
     for (const auto& c : engine.columns(l)) header += "," + c;
     header += "\n";
@@ -92,13 +93,11 @@ Result<std::unique_ptr<RunDirSink>> RunDirSink::create(const std::string& dir, c
   return s;
 }
 
-RunDirSink::~RunDirSink() {
-  for (int fd : fds_)
-    if (fd >= 0) ::close(fd);
-}
+RunDirSink::~RunDirSink() = default;
 
 Result<void> RunDirSink::write_manifest() {
-  return write_file_atomic(dir_ + "/manifest.json", manifest_.dump(2) + "\n");
+  return replace_file_in(dir_fd_.get(), "manifest.json", manifest_.dump(2) + "\n",
+                         dir_ + "/manifest.json");
 }
 
 void RunDirSink::update(const std::string& key, nlohmann::json value) {
@@ -118,7 +117,7 @@ void RunDirSink::write(const Engine::Tick& tick) {
       append_number(line_, v, "");
     }
     line_ += '\n';
-    if (!write_all(fds_[level_index(l)], line_)) {
+    if (!write_all(fds_[level_index(l)].get(), line_)) {
       failed_ = true;
       std::cerr << fmt::format(
           "sonde: error: writing perf_{}.csv in {} failed: {}; no more rows are written, the "
@@ -132,11 +131,10 @@ void RunDirSink::write(const Engine::Tick& tick) {
 void RunDirSink::finish(const RunOutcome& outcome, const nlohmann::json& summary,
                         std::uint64_t ticks, std::uint64_t ticks_missed) {
   set_manifest_end(manifest_, wallclock_now(), outcome, !failed_, summary, ticks, ticks_missed);
-  for (int& fd : fds_) {
-    if (fd >= 0) {
-      ::fsync(fd);
-      ::close(fd);
-      fd = -1;
+  for (UniqueFd& fd : fds_) {
+    if (fd) {
+      ::fsync(fd.get());
+      fd.close();
     }
   }
   if (auto ok = write_manifest(); !ok) std::cerr << "sonde: error: " << ok.error().message << "\n";

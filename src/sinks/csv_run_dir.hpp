@@ -10,13 +10,17 @@
 #include <nlohmann/json.hpp>
 
 #include "core/engine.hpp"
+#include "core/fs.hpp"
 #include "core/summary.hpp"
 
 namespace sonde {
 
 class RunDirSink {
  public:
-  /// Creates `dir` (parents too). Refuses a directory that already holds a run.
+  /// Creates `dir` (parents too). Refuses a directory that already holds a run, a link, and a
+  /// directory owned by another user than the effective one or root (Errc::config). Every file
+  /// is created new in it (O_EXCL|O_NOFOLLOW through the directory's fd), so an entry another
+  /// user planted (a link to a file of root's) is an error, never written through.
   static Result<std::unique_ptr<RunDirSink>> create(const std::string& dir, const Engine& engine,
                                                     nlohmann::json meta);
   ~RunDirSink();
@@ -43,7 +47,8 @@ class RunDirSink {
   const Engine* engine_ = nullptr;
   std::string dir_;
   nlohmann::json manifest_;
-  std::array<int, kNumLevels> fds_{-1, -1, -1, -1};
+  UniqueFd dir_fd_;
+  std::array<UniqueFd, kNumLevels> fds_;
   std::string line_;
   bool failed_ = false;
 };

@@ -1,11 +1,16 @@
 #include "sinks/run_data.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <string_view>
@@ -13,6 +18,7 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include "core/fs.hpp"
 #include "core/summary.hpp"
 #include "sinks/sqlite.hpp"
 
@@ -34,16 +40,44 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-Result<std::string> slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(Errc::io, fmt::format("cannot open {}", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return make_error(Errc::io, fmt::format("cannot read {}", path));
-  return std::move(ss).str();
+/// At most `max_bytes` of the open regular file `fd` (named `shown`); more is an error.
+Result<std::string> read_bounded(int fd, const std::string& shown, std::uint64_t max_bytes) {
+  std::string out;
+  char buf[65536];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error(Errc::io, fmt::format("cannot read {}: {}", shown, std::strerror(errno)));
+    }
+    if (n == 0) return out;
+    if (out.size() + static_cast<std::size_t>(n) > max_bytes)
+      return make_error(Errc::parse, fmt::format("{} is larger than {} MiB, the most sonde reads "
+                                                 "of such a file",
+                                                 shown, max_bytes >> 20));
+    out.append(buf, static_cast<std::size_t>(n));
+  }
 }
 
-/// One CSV field of a perf file: a number, empty (NaN), or the text nan/inf.
+/// A run file `name` inside the run directory `dirfd` (shown as `shown`), bounded.
+Result<std::string> read_run_file(int dirfd, const std::string& name, const std::string& shown,
+                                  std::uint64_t max_bytes) {
+  auto fd = open_regular_in(dirfd, name, shown);
+  if (!fd) return fd.error();
+  return read_bounded(fd->get(), shown, max_bytes);
+}
+
+/// Text from a file for an error message: at most `max` characters, non-printable ones as `?`.
+std::string printable(std::string_view s, std::size_t max) {
+  std::string out(s.substr(0, max));
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  return out;
+}
+
+/// One CSV field of a perf file: a number, empty (NaN), or the text nan/inf. A value that is not
+/// finite (nan, inf, or out of the range of a double such as 1e10000000) is "not measured": NaN,
+/// never 0 or a made-up huge number.
 bool parse_field(std::string_view f, double& out) {
   if (f.empty()) {
     out = kNaN;
@@ -53,8 +87,18 @@ bool parse_field(std::string_view f, double& out) {
   const char* e = f.data() + f.size();
   if (*b == '+') ++b;
   auto [p, ec] = std::from_chars(b, e, out);
-  if (ec == std::errc::result_out_of_range) return p == e;  // denormals and huge values: keep
-  return ec == std::errc() && p == e;
+  if (ec == std::errc::result_out_of_range) {
+    // from_chars leaves `out` unchanged here; strtod tells an overflow (±HUGE_VAL) from an
+    // underflow (a denormal or 0, the value's true neighbourhood).
+    if (p != e || f.size() > 400) return false;
+    const std::string copy(b, e);
+    const double v = std::strtod(copy.c_str(), nullptr);
+    out = std::isfinite(v) ? v : kNaN;
+    return true;
+  }
+  if (ec != std::errc() || p != e) return false;
+  if (!std::isfinite(out)) out = kNaN;
+  return true;
 }
 
 std::vector<std::string_view> split_commas(std::string_view line) {
@@ -71,30 +115,36 @@ std::vector<std::string_view> split_commas(std::string_view line) {
   }
 }
 
-Result<LevelTable> read_perf_csv(const std::string& path, Level level) {
-  auto text = slurp(path);
-  if (!text) return text.error();
-  std::string_view s = *text;
+/// Reads perf_<level>.csv from `fd` in chunks, so that memory follows the rows kept, not the
+/// file's size: at most kMaxRunFileLines lines of at most kMaxRunLineBytes, and at most
+/// `values_left` values (shared by the levels of a run).
+Result<LevelTable> read_perf_csv(int fd, const std::string& path, Level level,
+                                 std::uint64_t& values_left) {
   LevelTable t;
   t.level = level;
-  std::size_t line_no = 0, pos = 0;
-  while (pos < s.size()) {
-    const std::size_t nl = s.find('\n', pos);
+  std::size_t line_no = 0;
+  auto parse_line = [&](std::string_view line) -> Result<void> {
     ++line_no;
-    if (nl == std::string_view::npos) break;  // truncated last line: the run was killed
-    std::string_view line = s.substr(pos, nl - pos);
-    pos = nl + 1;
+    if (line_no > kMaxRunFileLines)
+      return make_error(Errc::parse, fmt::format("{}: more than {} lines, the most sonde reads of "
+                                                 "a run file",
+                                                 path, kMaxRunFileLines));
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line_no == 1) {
       for (auto f : split_commas(line)) t.columns.emplace_back(f);
+      // Nothing of the line is echoed: a file that is not a run file stays unread.
       if (t.columns.size() < 2 || t.columns[0] != "time" || t.columns[1] != "wallclock")
         return make_error(Errc::parse, fmt::format("{}:1: expected a header starting with "
-                                                   "`time,wallclock`, got `{}`",
-                                                   path, line.substr(0, 80)));
-      continue;
+                                                   "`time,wallclock` (not a sonde run file)",
+                                                   path));
+      return {};
     }
-    if (line.empty()) continue;
-    // Split in place without allocating per line.
+    if (line.empty()) return {};
+    if (values_left < t.columns.size())
+      return make_error(Errc::parse, fmt::format("{}:{}: the run holds more than {} values, the "
+                                                 "most sonde reads of one run",
+                                                 path, line_no, kMaxRunValues));
+    values_left -= t.columns.size();
     std::vector<double> row(t.columns.size());
     std::size_t col = 0, start = 0;
     for (;;) {
@@ -106,8 +156,9 @@ Result<LevelTable> read_perf_csv(const std::string& path, Level level) {
                                                    path, line_no, t.columns.size()));
       if (!parse_field(f, row[col]))
         return make_error(
-            Errc::parse, fmt::format("{}:{}: field {} ({}): expected a number or nothing, got `{}`",
-                                     path, line_no, col + 1, t.columns[col], f.substr(0, 40)));
+            Errc::parse,
+            fmt::format("{}:{}: field {} ({}): expected a number or nothing, got `{}`", path,
+                        line_no, col + 1, printable(t.columns[col], 60), printable(f, 40)));
       ++col;
       if (c == std::string_view::npos) break;
       start = c + 1;
@@ -116,6 +167,31 @@ Result<LevelTable> read_perf_csv(const std::string& path, Level level) {
       return make_error(Errc::parse, fmt::format("{}:{}: {} fields, the header has {}", path,
                                                  line_no, col, t.columns.size()));
     t.rows.push_back(std::move(row));
+    return {};
+  };
+
+  std::string buf;
+  std::size_t begin = 0;  // start of the first incomplete line in buf
+  std::vector<char> chunk(1 << 20);
+  while (true) {
+    const ssize_t n = ::read(fd, chunk.data(), chunk.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error(Errc::io, fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+    }
+    if (n == 0) break;  // what is left in buf is a truncated last line: the run was killed
+    buf.erase(0, begin);
+    begin = 0;
+    buf.append(chunk.data(), static_cast<std::size_t>(n));
+    std::size_t nl;
+    while ((nl = buf.find('\n', begin)) != std::string::npos) {
+      if (auto ok = parse_line(std::string_view(buf).substr(begin, nl - begin)); !ok)
+        return ok.error();
+      begin = nl + 1;
+    }
+    if (buf.size() - begin > kMaxRunLineBytes)
+      return make_error(Errc::parse, fmt::format("{}:{}: a line longer than {} bytes", path,
+                                                 line_no + 1, kMaxRunLineBytes));
   }
   if (t.columns.empty())
     return make_error(Errc::parse, fmt::format("{}:1: no header line (empty file)", path));
@@ -123,10 +199,7 @@ Result<LevelTable> read_perf_csv(const std::string& path, Level level) {
 }
 
 /// RFC 4180 records of cell_history.csv. A record cut short by the end of the file is dropped.
-Result<std::vector<CellRecord>> read_cell_history(const std::string& path) {
-  auto text = slurp(path);
-  if (!text) return text.error();
-  const std::string& s = *text;
+Result<std::vector<CellRecord>> read_cell_history(const std::string& s, const std::string& path) {
   std::vector<CellRecord> cells;
   std::size_t i = 0, line = 1;
   bool header = true;
@@ -340,42 +413,65 @@ Result<RunData> read_run_dir(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     return make_error(Errc::io, fmt::format("{}: not a run directory (no such directory)", dir));
-  auto text = slurp(manifest_path);
-  if (!text)
-    return make_error(Errc::io,
-                      fmt::format("{}: not a run directory (cannot read manifest.json)", dir));
+  // Every file of the run is opened through this fd, by a plain name, without following links.
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd)
+    return make_error(Errc::io, fmt::format("{}: cannot open: {}", dir, std::strerror(errno)));
+  auto text = read_run_file(dir_fd.get(), "manifest.json", manifest_path, kMaxManifestBytes);
+  if (!text) {
+    if (text.error().code == Errc::io)
+      return make_error(Errc::io,
+                        fmt::format("{}: not a run directory (cannot read manifest.json)", dir));
+    return text.error();
+  }
   RunData run;
   run.source = dir;
   try {
     run.manifest = nlohmann::json::parse(*text);
   } catch (const nlohmann::json::parse_error& e) {
-    // e.byte is the offset of the error; turn it into a line number.
+    // e.byte is the offset of the error; turn it into a line number. The library's message ends
+    // with the text it last read: not echoed, the file may be anything.
     const std::size_t upto = std::min<std::size_t>(e.byte, text->size());
     const auto line = 1 + std::count(text->begin(), text->begin() + static_cast<long>(upto), '\n');
+    std::string what = e.what();
+    if (const auto cut = what.find("; last read"); cut != std::string::npos) what.resize(cut);
     return make_error(Errc::parse,
-                      fmt::format("{}:{}: malformed JSON: {}", manifest_path, line, e.what()));
+                      fmt::format("{}:{}: malformed JSON: {}", manifest_path, line, what));
   }
   const auto& m = run.manifest;
   if (!m.is_object() || !m.contains("levels") || !m["levels"].is_array())
     return make_error(Errc::parse,
                       fmt::format("{}:1: expected an object with a `levels` list", manifest_path));
+  std::uint64_t values_left = kMaxRunValues;
   for (const auto& name : m["levels"]) {
     if (!name.is_string() || !parse_level(name.get<std::string>()))
       return make_error(Errc::parse, fmt::format("{}: unknown level {} in `levels` (expected "
                                                  "process, user, slurm or system)",
-                                                 manifest_path, name.dump()));
+                                                 manifest_path, printable(name.dump(), 60)));
     const std::string lname = name.get<std::string>();
     std::string file = "perf_" + lname + ".csv";
     if (m.contains("files") && m["files"].is_object() && m["files"].contains(lname) &&
         m["files"][lname].is_string())
       file = m["files"][lname].get<std::string>();
-    auto table = read_perf_csv((fs::path(dir) / file).string(), *parse_level(lname));
+    if (!is_plain_name(file))
+      return make_error(Errc::parse,
+                        fmt::format("{}: files.{}: expected the plain name of a file inside the "
+                                    "run (no `/`, no `..`), got `{}`",
+                                    manifest_path, lname, printable(file, 80)));
+    const std::string shown = (fs::path(dir) / file).string();
+    auto fd = open_regular_in(dir_fd.get(), file, shown);
+    if (!fd) return fd.error();
+    auto table = read_perf_csv(fd->get(), shown, *parse_level(lname), values_left);
     if (!table) return table.error();
     run.levels.push_back(std::move(*table));
   }
   const std::string cells_path = (fs::path(dir) / "cell_history.csv").string();
-  if (fs::exists(cells_path, ec)) {
-    auto cells = read_cell_history(cells_path);
+  struct stat st {};
+  if (::fstatat(dir_fd.get(), "cell_history.csv", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    auto cells_text =
+        read_run_file(dir_fd.get(), "cell_history.csv", cells_path, kMaxCellHistoryBytes);
+    if (!cells_text) return cells_text.error();
+    auto cells = read_cell_history(*cells_text, cells_path);
     if (!cells) return cells.error();
     run.cells = std::move(*cells);
   }
@@ -407,9 +503,20 @@ bool is_run_file(const std::string& base) {
 
 Result<RunData> read_run_zip(const std::string& zip) {
   namespace fs = std::filesystem;
-  auto data = slurp(zip);
+  UniqueFd zfd(::open(zip.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!zfd)
+    return make_error(Errc::io, fmt::format("cannot open {}: {}", zip, std::strerror(errno)));
+  struct stat zst {};
+  if (::fstat(zfd.get(), &zst) != 0 || !S_ISREG(zst.st_mode))
+    return make_error(Errc::parse, fmt::format("{} is not a regular file", zip));
+  auto data = read_bounded(zfd.get(), zip, kMaxZipBytes);
   if (!data) return data.error();
   const std::string& b = *data;
+  // What the entries may inflate to, in all: relative to the archive, and absolutely. CSV of
+  // numbers deflates 3-20:1; a run with many empty (not measured) columns more.
+  const std::uint64_t inflate_limit = std::min<std::uint64_t>(
+      kMaxZipInflatedBytes,
+      std::max<std::uint64_t>(kZipInflateFloorBytes, kMaxZipInflateRatio * b.size()));
   auto bad = [&](const std::string& what) {
     return make_error(Errc::parse, fmt::format("{}: {}", zip, what));
   };
@@ -458,6 +565,23 @@ Result<RunData> read_run_zip(const std::string& zip) {
   }
   if (!found_manifest) return bad("holds no run (no manifest.json)");
 
+  std::uint64_t claimed = 0;
+  const Entry* largest = nullptr;
+  for (const Entry& en : files) {
+    claimed += en.usize;
+    if (!largest || en.usize > largest->usize) largest = &en;
+  }
+  auto too_big = [&](const std::string& entry) {
+    return bad(
+        fmt::format("entry {} inflates past {} MiB, the most sonde extracts from this "
+                    "archive ({} times its size, at most {} MiB in all); unzip it and "
+                    "read the run directory if it is genuine",
+                    entry, inflate_limit >> 20, kMaxZipInflateRatio, kMaxZipInflatedBytes >> 20));
+  };
+
+  // The sizes the central directory states, checked before anything is inflated.
+  if (claimed > inflate_limit) return too_big(largest->name);
+
   std::error_code tec;
   std::string tmpl = (fs::temp_directory_path(tec) / "sonde-zip-XXXXXX").string();
   const char* tmp = ::mkdtemp(tmpl.data());
@@ -470,6 +594,10 @@ Result<RunData> read_run_zip(const std::string& zip) {
       fs::remove_all(d, ec);
     }
   } cleanup{dir};
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir_fd) return bad("cannot open a temporary directory");
+  std::uint64_t inflated = 0;
+  std::vector<char> chunk(1 << 16);
   for (const Entry& en : files) {
     if (en.name.rfind(run_prefix, 0) != 0 ||
         en.name.find('/', run_prefix.size()) != std::string::npos)
@@ -478,32 +606,59 @@ Result<RunData> read_run_zip(const std::string& zip) {
     if (l + 30 > b.size() || le32(b, l) != 0x04034b50) return bad("corrupt entry " + en.name);
     const std::size_t start = l + 30 + le16(b, l + 26) + le16(b, l + 28);
     if (start + en.csize > b.size()) return bad("truncated entry " + en.name);
-    std::string out;
+    const std::string base = en.name.substr(run_prefix.size());
+    auto out = create_file_in(dir_fd.get(), base, zip + ":" + en.name);
+    if (!out) return bad("cannot extract " + en.name + ": " + out.error().message);
+    auto put = [&](const char* bytes, std::size_t n) -> Result<void> {
+      inflated += n;
+      if (inflated > inflate_limit) return too_big(en.name);
+      while (n > 0) {
+        const ssize_t w = ::write(out->get(), bytes, n);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          return bad(fmt::format("cannot extract {}: {}", en.name, std::strerror(errno)));
+        }
+        bytes += w;
+        n -= static_cast<std::size_t>(w);
+      }
+      return {};
+    };
     if (en.method == 0) {
-      out = b.substr(start, en.csize);
+      if (en.csize != en.usize) return bad("corrupt entry " + en.name);
+      if (auto ok = put(b.data() + start, en.csize); !ok) return ok.error();
     } else if (en.method == 8) {
       // Deflate expands at most ~1032:1; a larger claim is a corrupt or hostile archive.
       if (en.usize / 1032 > en.csize + 1) return bad("corrupt entry " + en.name);
-      out.resize(en.usize);
       z_stream z{};
       if (inflateInit2(&z, -15) != Z_OK) return bad("zlib failed");
+      struct ZEnd {
+        z_stream* z;
+        ~ZEnd() { inflateEnd(z); }
+      } zend{&z};
       z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(b.data() + start));
       z.avail_in = en.csize;
-      z.next_out = reinterpret_cast<Bytef*>(out.data());
-      z.avail_out = static_cast<uInt>(out.size());
-      const int rc = inflate(&z, Z_FINISH);
-      inflateEnd(&z);
-      if (rc != Z_STREAM_END || z.total_out != en.usize) return bad("corrupt entry " + en.name);
+      int rc = Z_OK;
+      // Streamed in chunks and stopped at the entry's stated size: the claim in the directory
+      // is checked, never trusted.
+      while (rc != Z_STREAM_END) {
+        z.next_out = reinterpret_cast<Bytef*>(chunk.data());
+        z.avail_out = static_cast<uInt>(chunk.size());
+        rc = inflate(&z, Z_NO_FLUSH);
+        if (rc != Z_OK && rc != Z_STREAM_END) return bad("corrupt entry " + en.name);
+        const std::size_t got = chunk.size() - z.avail_out;
+        if (z.total_out > en.usize)
+          return bad("corrupt entry " + en.name + " (longer than stated)");
+        if (auto ok = put(chunk.data(), got); !ok) return ok.error();
+        if (rc == Z_OK && got == 0 && z.avail_in == 0) return bad("truncated entry " + en.name);
+      }
+      if (z.total_out != en.usize) return bad("corrupt entry " + en.name);
     } else {
       return bad(
           fmt::format("entry {} uses compression method {} (only stored and deflated "
                       "entries are read)",
                       en.name, en.method));
     }
-    const std::string base = en.name.substr(run_prefix.size());
-    std::ofstream f(dir + "/" + base, std::ios::binary);
-    f << out;
-    if (!f) return bad("cannot extract " + en.name);
+    if (out->close() != 0) return bad("cannot extract " + en.name);
   }
   auto run = read_run_dir(dir);
   if (!run) {

@@ -2,6 +2,7 @@
 // A stored run, read back: from a run directory (manifest.json + perf_<level>.csv, and the
 // cell_history.csv of a Jupyter session) or from a SQLite database (src/sinks/sqlite.hpp). What
 // `sonde report`, `sonde runs` and the Jupyter package read.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -44,8 +45,25 @@ struct RunData {
   const LevelTable* find(Level level) const;
 };
 
+/// What sonde reads of a stored run, at most (docs/security.md, "Resource bounds"); more is an
+/// error naming the file.
+inline constexpr std::uint64_t kMaxManifestBytes = 16u << 20;     ///< manifest.json
+inline constexpr std::uint64_t kMaxCellHistoryBytes = 64u << 20;  ///< cell_history.csv
+inline constexpr std::size_t kMaxRunFileLines = 1u << 24;         ///< lines of a perf_<level>.csv
+inline constexpr std::size_t kMaxRunLineBytes = 1u << 20;         ///< bytes of one CSV line
+inline constexpr std::uint64_t kMaxRunValues = 1u << 26;   ///< values of a run (512 MiB as double)
+inline constexpr std::uint64_t kMaxZipBytes = 256u << 20;  ///< a zipped run, read whole
+/// What a zip's entries may inflate to, in all: kMaxZipInflateRatio times the archive's size
+/// (at least kZipInflateFloorBytes), and never more than kMaxZipInflatedBytes.
+inline constexpr std::uint64_t kMaxZipInflateRatio = 100;
+inline constexpr std::uint64_t kZipInflateFloorBytes = 64u << 20;
+inline constexpr std::uint64_t kMaxZipInflatedBytes = 2ull << 30;
+
 /// Reads a run directory. A truncated last line (the run was killed) is skipped; a malformed
-/// file is an error naming the file and line.
+/// file is an error naming the file and line. The run's files are plain names inside `dir`
+/// (manifest `files` naming `/etc/passwd` or `../x` is an error), regular files opened without
+/// following links, read within the bounds above; an error never quotes a file that is not a
+/// run file.
 Result<RunData> read_run_dir(const std::string& dir);
 
 /// Reads a stored run named the way the command line names it: a run directory, or a run in a

@@ -1,6 +1,8 @@
 #include "sinks/sqlite.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -184,26 +186,66 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::open(const std::string& path, Mode m
     return make_error(Errc::io, fmt::format("{}: no such database file", path));
   if (fs::is_directory(path, ec))
     return make_error(Errc::config, fmt::format("{} is a directory, not a SQLite database", path));
+  // SQLite opens the database and its -wal, -shm and -journal files with O_CREAT and follows
+  // links: a link another user planted there would make sonde (root) create or truncate the
+  // file it points to. So: the directory must be sonde's to write in (owned by the user or
+  // root), and none of the four names may be a link or another non-regular entry.
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string parent_dir = parent.empty() ? std::string(".") : parent.string();
+  bool foreign = false;  // a database in another user's directory is only read, never written
   if (mode == Mode::write) {
-    const fs::path parent = fs::path(path).parent_path();
-    if (!parent.empty()) {
-      fs::create_directories(parent, ec);
-      if (ec)
-        return make_error(
-            Errc::io, fmt::format("cannot create directory {}: {}", parent.string(), ec.message()));
-    }
+    auto dir_fd = open_output_dir(parent_dir, true);
+    if (!dir_fd) return dir_fd.error();
+  } else {
+    struct stat dst {};
+    const uid_t me = ::geteuid();
+    if (::stat(parent_dir.c_str(), &dst) == 0 && dst.st_uid != me && dst.st_uid != 0)
+      foreign = true;
+  }
+  bool live = false;  // a -wal or -shm file: a writer may be at work
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    const std::string f = path + suffix;
+    struct stat st {};
+    if (::lstat(f.c_str(), &st) != 0) continue;
+    if (S_ISLNK(st.st_mode))
+      return make_error(Errc::config,
+                        fmt::format("{} is a symbolic link; sonde does not open a database (or "
+                                    "its -wal, -shm, -journal files) through links",
+                                    f));
+    if (!S_ISREG(st.st_mode))
+      return make_error(Errc::config, fmt::format("{} is not a regular file", f));
+    if (mode == Mode::read && st.st_uid != ::geteuid() && st.st_uid != 0) foreign = true;
+    if (*suffix == '-' && suffix[1] != 'j') live = true;
   }
   std::unique_ptr<SqliteDb> d(new SqliteDb());
   d->path_ = path;
-  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+  int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW;
+  flags |= foreign ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
   if (mode == Mode::write) flags |= SQLITE_OPEN_CREATE;
-  int rc = sqlite3_open_v2(path.c_str(), &d->db_, flags, nullptr);
-  if (rc != SQLITE_OK && mode == Mode::read) {
+  std::string name = path;
+  if (foreign) {
+    // Even a read-only connection creates -wal and -shm (read-write) next to the database.
+    // Another user's database is read without touching their directory: as immutable when no
+    // writer is at work (everything is in the file), else through their -shm, read-only.
+    flags |= SQLITE_OPEN_URI;
+    name = "file:";
+    for (const char c : path) {
+      if (c == '%' || c == '?' || c == '#' || static_cast<unsigned char>(c) < 0x21 ||
+          static_cast<unsigned char>(c) >= 0x7f)
+        name += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+      else
+        name += c;
+    }
+    name += live ? "?mode=ro&readonly_shm=1" : "?mode=ro&immutable=1";
+  }
+  int rc = sqlite3_open_v2(name.c_str(), &d->db_, flags, nullptr);
+  if (rc != SQLITE_OK && mode == Mode::read && !foreign) {
     // A file we may only read (another user's database, a read-only mount).
     sqlite3_close_v2(d->db_);
     d->db_ = nullptr;
     rc =
-        sqlite3_open_v2(path.c_str(), &d->db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+        sqlite3_open_v2(path.c_str(), &d->db_,
+                        SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, nullptr);
   }
   if (rc != SQLITE_OK)
     return make_error(Errc::io, d->db_ ? d->error_text("cannot open")
@@ -589,9 +631,29 @@ Result<SqliteStmt> prepare_read(const SqliteDb& db, const char* sql) {
 }
 }  // namespace
 
+Result<void> check_sqlite_integrity(const SqliteDb& db) {
+  // quick_check reads every page once (no index cross-check): a damaged file is an error rather
+  // than a listing with wrong counts.
+  auto q = prepare_read(db, "PRAGMA quick_check(1)");
+  if (!q) return make_error(Errc::io, q.error().message + " (the database may be corrupt)");
+  const int rc = sqlite3_step(q->get());
+  if (rc != SQLITE_ROW)
+    return make_error(Errc::io, db.error_text("the database is corrupt (quick_check failed)"));
+  std::string verdict = column_text(q->get(), 0);
+  for (char& c : verdict)
+    if (c == '\n') c = ' ';
+  if (verdict != "ok")
+    return make_error(Errc::io,
+                      fmt::format("{}: the database is corrupt (SQLite quick_check: {}); restore "
+                                  "it from a backup",
+                                  db.path(), verdict.substr(0, 200)));
+  return {};
+}
+
 Result<std::vector<StoredRun>> list_runs_sqlite(const std::string& path) {
   auto db = SqliteDb::open(path, SqliteDb::Mode::read);
   if (!db) return db.error();
+  if (auto ok = check_sqlite_integrity(**db); !ok) return ok.error();
   auto q = prepare_read(**db,
                         "SELECT id, host, command, start_wallclock, end_wallclock, exit_status, "
                         "interval_s, complete, ticks FROM runs ORDER BY id");
@@ -619,10 +681,11 @@ Result<std::vector<StoredRun>> list_runs_sqlite(const std::string& path) {
     sqlite3_stmt* l = last->get();
     sqlite3_reset(l);
     sqlite3_bind_int64(l, 1, r.id);
-    if (sqlite3_step(l) == SQLITE_ROW) {
-      r.ticks = static_cast<std::uint64_t>(sqlite3_column_int64(l, 0));
-      r.last_wallclock = column_opt_double(l, 1);
-    }
+    if (sqlite3_step(l) != SQLITE_ROW)
+      return make_error(Errc::io,
+                        (*db)->error_text(fmt::format("cannot count the ticks of run {}", r.id)));
+    r.ticks = static_cast<std::uint64_t>(sqlite3_column_int64(l, 0));
+    r.last_wallclock = column_opt_double(l, 1);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return make_error(Errc::io, (*db)->error_text("cannot read the runs"));
@@ -682,12 +745,16 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
   if (!cols) return cols.error();
   sqlite3_bind_int64(cols->get(), 1, *id);
   std::array<std::vector<std::string>, kNumLevels> names;
+  std::size_t column_count = 0;
   int crc = 0;
   while ((crc = sqlite3_step(cols->get())) == SQLITE_ROW) {
     const auto l = parse_level(column_text(cols->get(), 0));
     if (!l)
       return make_error(Errc::parse, fmt::format("{}: run {} has an unknown level '{}'", path, *id,
                                                  column_text(cols->get(), 0)));
+    if (++column_count > kMaxRunLineBytes)
+      return make_error(Errc::parse, fmt::format("{}: run {} has more than {} columns", path, *id,
+                                                 kMaxRunLineBytes));
     names[level_index(*l)].push_back(column_text(cols->get(), 1));
     if (std::find(levels.begin(), levels.end(), *l) == levels.end()) levels.push_back(*l);
   }
@@ -698,6 +765,7 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
                            "level = ? ORDER BY tick");
   if (!rows) return rows.error();
   std::vector<double> values;
+  std::uint64_t values_left = kMaxRunValues;  // the bounds of a run directory (run_data.hpp)
   for (Level l : levels) {
     LevelTable t;
     t.level = l;
@@ -713,6 +781,13 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
       const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s, 3));
       const std::string_view v(text ? text : "",
                                static_cast<std::size_t>(sqlite3_column_bytes(s, 3)));
+      if (v.size() > kMaxRunLineBytes || values_left < t.columns.size())
+        return make_error(Errc::parse,
+                          fmt::format("{}: run {}, level {}, tick {}: more than sonde reads of "
+                                      "one run ({} bytes a row, {} values in all)",
+                                      path, *id, ln, sqlite3_column_int64(s, 0), kMaxRunLineBytes,
+                                      kMaxRunValues));
+      values_left -= t.columns.size();
       if (!parse_values(v, values) || values.size() != names[level_index(l)].size())
         return make_error(
             Errc::parse,
@@ -733,13 +808,12 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
 }
 
 Result<void> write_run_dir(const RunData& run, const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    return make_error(Errc::io,
-                      fmt::format("cannot create run directory {}: {}", dir, ec.message()));
-  if (fs::exists(fs::path(dir) / "manifest.json"))
+  auto dir_fd = open_output_dir(dir, true);
+  if (!dir_fd)
+    return make_error(dir_fd.error().code,
+                      fmt::format("cannot use run directory: {}", dir_fd.error().message));
+  struct stat st {};
+  if (::fstatat(dir_fd->get(), "manifest.json", &st, AT_SYMLINK_NOFOLLOW) == 0)
     return make_error(Errc::config,
                       fmt::format("{} already holds a run (manifest.json); choose another "
                                   "directory",
@@ -766,12 +840,14 @@ Result<void> write_run_dir(const RunData& run, const std::string& dir) {
       }
       text += '\n';
     }
-    if (auto ok = write_file_atomic(dir + "/" + name, text); !ok) return ok.error();
+    if (auto ok = replace_file_in(dir_fd->get(), name, text, dir + "/" + name); !ok)
+      return ok.error();
     files[std::string(level_name(t.level))] = name;
   }
   manifest["files"] = files;
   manifest["exported_from"] = run.source;
-  return write_file_atomic(dir + "/manifest.json", manifest.dump(2) + "\n");
+  return replace_file_in(dir_fd->get(), "manifest.json", manifest.dump(2) + "\n",
+                         dir + "/manifest.json");
 }
 
 }  // namespace sonde

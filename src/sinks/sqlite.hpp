@@ -144,7 +144,11 @@ struct StoredRun {
   std::uint64_t ticks = 0;  ///< stored ticks
 };
 
-/// Every run in the database, oldest first.
+/// SQLite's quick_check of the whole file: an error naming the file when it is damaged.
+Result<void> check_sqlite_integrity(const SqliteDb& db);
+
+/// Every run in the database, oldest first. A damaged database (quick_check, or a failing
+/// query) is an error, never a partial listing.
 Result<std::vector<StoredRun>> list_runs_sqlite(const std::string& db);
 
 /// Reads one run (the latest when `id` is empty): its manifest (summary included once the run

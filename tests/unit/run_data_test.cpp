@@ -2,11 +2,16 @@
 #include "sinks/run_data.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
+#include <vector>
+
+#include "core/gzip.hpp"
 
 namespace sonde {
 namespace {
@@ -230,6 +235,178 @@ TEST(RunData, ZipWithoutARunOrNotAZip) {
   auto r = read_run(d.path() + "/not.zip");
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("not a zip file"), std::string::npos) << r.error().message;
+}
+
+// ---- hostile run directories and archives (issue 12)
+// ---------------------------------------------
+
+std::string manifest_naming(const std::string& file) {
+  return R"({"levels": ["process"], "files": {"process": ")" + file + R"("}, "interval": 1})";
+}
+
+TEST(RunData, ManifestFileNamesMustBeNamesInsideTheRun) {
+  RunDirCopy d;
+  // A file outside the run whose first line would be quoted by the header error before.
+  const std::string secret = d.path() + "_secret.csv";
+  std::ofstream(secret) << "TOP-SECRET-LINE\n";
+  for (const std::string& name : {secret, std::string("../") + fs::path(secret).filename().string(),
+                                  std::string(".."), std::string("sub/perf_process.csv")}) {
+    d.write("manifest.json", manifest_naming(name));
+    auto run = read_run_dir(d.path());
+    ASSERT_FALSE(run) << name;
+    EXPECT_NE(run.error().message.find("plain name"), std::string::npos) << run.error().message;
+    EXPECT_EQ(run.error().message.find("TOP-SECRET"), std::string::npos) << run.error().message;
+  }
+  fs::remove(secret);
+}
+
+TEST(RunData, RunFilesAreRegularFilesNotLinksFifosOrDevices) {
+  RunDirCopy d;
+  const std::string secret = d.path() + "_secret.csv";
+  std::ofstream(secret) << "TOP-SECRET-LINE\n";
+  fs::remove(d.path() + "/perf_process.csv");
+  fs::create_symlink(secret, d.path() + "/perf_process.csv");
+  auto run = read_run_dir(d.path());
+  ASSERT_FALSE(run);
+  EXPECT_NE(run.error().message.find("symbolic link"), std::string::npos) << run.error().message;
+  EXPECT_EQ(run.error().message.find("TOP-SECRET"), std::string::npos) << run.error().message;
+  fs::remove(d.path() + "/perf_process.csv");
+  fs::remove(secret);
+
+  // A FIFO would block the reader for ever; /dev/zero would never end.
+  ASSERT_EQ(::mkfifo((d.path() + "/perf_process.csv").c_str(), 0600), 0);
+  run = read_run_dir(d.path());
+  ASSERT_FALSE(run);
+  EXPECT_NE(run.error().message.find("not a regular file"), std::string::npos)
+      << run.error().message;
+  fs::remove(d.path() + "/perf_process.csv");
+  fs::create_symlink("/dev/zero", d.path() + "/perf_process.csv");
+  EXPECT_FALSE(read_run_dir(d.path()));
+  fs::remove(d.path() + "/manifest.json");
+  fs::create_symlink(secret, d.path() + "/manifest.json");
+  EXPECT_FALSE(read_run_dir(d.path()));
+}
+
+TEST(RunData, HeaderAndJsonErrorsDoNotQuoteTheFile) {
+  RunDirCopy d;
+  d.write("perf_process.csv", "root:x:0:0:root:/root:/bin/bash\n");
+  auto run = read_run_dir(d.path());
+  ASSERT_FALSE(run);
+  EXPECT_NE(run.error().message.find("perf_process.csv:1:"), std::string::npos);
+  EXPECT_EQ(run.error().message.find("root:x"), std::string::npos) << run.error().message;
+  d.write("manifest.json", "SECRETWORD\n");
+  run = read_run_dir(d.path());
+  ASSERT_FALSE(run);
+  EXPECT_NE(run.error().message.find("manifest.json:1:"), std::string::npos);
+  EXPECT_EQ(run.error().message.find("SECRETWORD"), std::string::npos) << run.error().message;
+  EXPECT_EQ(run.error().message.find("'S'"), std::string::npos) << run.error().message;
+}
+
+TEST(RunData, OutOfRangeAndNonFiniteNumbersAreNotMeasured) {
+  RunDirCopy d;
+  d.write("manifest.json", manifest_naming("perf_process.csv"));
+  d.write("perf_process.csv",
+          "time,wallclock,a,b,c,d,e,f\n"
+          "1,100,1e10000000,-1e999,nan,inf,-inf,1e-400\n");
+  auto run = read_run_dir(d.path());
+  ASSERT_TRUE(run) << run.error().message;
+  const auto& row = run->levels.at(0).rows.at(0);
+  for (int c = 2; c <= 6; ++c) EXPECT_TRUE(std::isnan(row[c])) << "column " << c << ": " << row[c];
+  EXPECT_TRUE(std::isfinite(row[7]));
+  EXPECT_LT(std::fabs(row[7]), 1e-300);
+  d.write("perf_process.csv", "time,wallclock,a\n1,100,1e99999x\n");
+  run = read_run_dir(d.path());
+  ASSERT_FALSE(run);
+  EXPECT_NE(run.error().message.find("perf_process.csv:2:"), std::string::npos)
+      << run.error().message;
+}
+
+TEST(RunData, ACsvOfEmptyLinesIsBoundedNotSlurped) {
+  RunDirCopy d;
+  d.write("manifest.json", manifest_naming("perf_process.csv"));
+  std::string text = "time,wallclock\n";
+  text.append(kMaxRunFileLines + 10, '\n');
+  d.write("perf_process.csv", text);
+  auto run = read_run_dir(d.path());
+  ASSERT_FALSE(run);
+  EXPECT_NE(run.error().message.find("lines"), std::string::npos) << run.error().message;
+  // One endless line.
+  d.write("perf_process.csv", "time,wallclock\n" + std::string(kMaxRunLineBytes + 10, '1'));
+  run = read_run_dir(d.path());
+  ASSERT_FALSE(run);
+  EXPECT_NE(run.error().message.find("longer than"), std::string::npos) << run.error().message;
+}
+
+/// A zip archive (no zip64) of deflated entries: name, the raw deflate stream, the stated size.
+std::string make_zip(const std::vector<std::tuple<std::string, std::string, std::uint32_t>>& es) {
+  auto le = [](std::string& out, std::uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  std::string zip, central;
+  for (const auto& [name, data, usize] : es) {
+    const auto local = static_cast<std::uint32_t>(zip.size());
+    le(zip, 0x04034b50, 4);
+    le(zip, 20, 2), le(zip, 0, 2), le(zip, 8, 2), le(zip, 0, 4), le(zip, 0, 4);
+    le(zip, static_cast<std::uint32_t>(data.size()), 4), le(zip, usize, 4);
+    le(zip, static_cast<std::uint32_t>(name.size()), 2), le(zip, 0, 2);
+    zip += name + data;
+    le(central, 0x02014b50, 4);
+    le(central, 20, 2), le(central, 20, 2), le(central, 0, 2), le(central, 8, 2);
+    le(central, 0, 4), le(central, 0, 4);
+    le(central, static_cast<std::uint32_t>(data.size()), 4), le(central, usize, 4);
+    le(central, static_cast<std::uint32_t>(name.size()), 2), le(central, 0, 2), le(central, 0, 2);
+    le(central, 0, 2), le(central, 0, 2), le(central, 0, 4), le(central, local, 4);
+    central += name;
+  }
+  const auto cd = static_cast<std::uint32_t>(zip.size());
+  zip += central;
+  le(zip, 0x06054b50, 4);
+  le(zip, 0, 2), le(zip, 0, 2);
+  le(zip, static_cast<std::uint32_t>(es.size()), 2),
+      le(zip, static_cast<std::uint32_t>(es.size()), 2);
+  le(zip, static_cast<std::uint32_t>(central.size()), 4), le(zip, cd, 4), le(zip, 0, 2);
+  return zip;
+}
+
+std::string raw_deflate(const std::string& in) {
+  const std::string gz = gzip(in, 9);  // 10-byte header, raw deflate, 8-byte trailer
+  return gz.substr(10, gz.size() - 18);
+}
+
+TEST(RunData, ZipInflationIsBoundedRelativeAndAbsolute) {
+  RunDirCopy d;
+  const std::string manifest = manifest_naming("perf_process.csv");
+  std::string bomb = "time,wallclock\n";
+  bomb.append(100u << 20, '\n');  // 100 MiB of newlines deflate to ~100 KiB
+  const std::string packed = raw_deflate(bomb);
+  bomb.clear();
+  bomb.shrink_to_fit();
+  ASSERT_LT(packed.size(), 1u << 20);
+  // Honest sizes in the central directory: refused before anything is inflated.
+  d.write("bomb.zip", make_zip({{"run/manifest.json", raw_deflate(manifest),
+                                 static_cast<std::uint32_t>(manifest.size())},
+                                {"run/perf_process.csv", packed, (100u << 20) + 15}}));
+  auto r = read_run(d.path() + "/bomb.zip");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("bomb.zip"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("run/perf_process.csv"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("inflates past"), std::string::npos) << r.error().message;
+  // Stated sizes that lie: inflation stops at the stated size, in bounded chunks.
+  d.write("liar.zip", make_zip({{"run/manifest.json", raw_deflate(manifest),
+                                 static_cast<std::uint32_t>(manifest.size())},
+                                {"run/perf_process.csv", packed, 100000}}));
+  r = read_run(d.path() + "/liar.zip");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("run/perf_process.csv"), std::string::npos) << r.error().message;
+  // And a genuine small archive built the same way still reads.
+  const std::string csv = "time,wallclock,a\n1,100,5\n";
+  d.write("ok.zip", make_zip({{"run/manifest.json", raw_deflate(manifest),
+                               static_cast<std::uint32_t>(manifest.size())},
+                              {"run/perf_process.csv", raw_deflate(csv),
+                               static_cast<std::uint32_t>(csv.size())}}));
+  r = read_run(d.path() + "/ok.zip");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->levels.at(0).rows.at(0).at(2), 5.0);
 }
 
 }  // namespace

@@ -330,4 +330,45 @@ TEST(Sqlite, ExportsTheRunDirectoryLayout) {
 }
 
 }  // namespace
+TEST(Sqlite, ReadingAHostileRunIsBounded) {
+  TempDir t;
+  const std::string db = (t.path / "runs.sqlite").string();
+  auto sink = make_sink(db);
+  ASSERT_TRUE(sink);
+  write_ticks(*sink, 2);
+  sink.reset();
+  ASSERT_TRUE(read_run_sqlite(db, 1).ok());
+  // One row whose array is longer than any row sonde writes (1.2 MB of "0,").
+  exec(db,
+       "UPDATE samples SET vals = '[' || replace(hex(zeroblob(600000)), '00', '0,') || '0]' "
+       "WHERE tick = 0");
+  auto run = read_run_sqlite(db, 1);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.error().message.find("more than sonde reads"), std::string::npos)
+      << run.error().message;
+}
+
+TEST(Sqlite, ListingADamagedDatabaseIsAnError) {
+  TempDir t;
+  const std::string db = (t.path / "runs.sqlite").string();
+  auto sink = make_sink(db);
+  ASSERT_TRUE(sink);
+  write_ticks(*sink, 50);
+  sink.reset();
+  ASSERT_TRUE(list_runs_sqlite(db).ok());
+  const long page = std::stol(
+      query(db, "SELECT rootpage FROM sqlite_schema WHERE name = 'sqlite_autoindex_samples_1'"));
+  const long size = std::stol(query(db, "PRAGMA page_size"));
+  {
+    std::fstream f(db, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((page - 1) * size);
+    const std::string garbage(static_cast<std::size_t>(size), 'Z');
+    f.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+  }
+  auto runs = list_runs_sqlite(db);
+  ASSERT_FALSE(runs.ok());
+  EXPECT_NE(runs.error().message.find(db), std::string::npos) << runs.error().message;
+  EXPECT_NE(runs.error().message.find("corrupt"), std::string::npos) << runs.error().message;
+}
+
 }  // namespace sonde
