@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <thread>
 
@@ -92,6 +93,63 @@ TEST(HttpParse, LimitsAreErrorsBeforeTheLineEnds) {
   EXPECT_EQ(parse_request("GET / HTTP/1.1\r\nHost: a", l).state, State::incomplete);
 }
 
+// Requests arrive in pieces: parsing a prefix must never decide differently from parsing the
+// whole (a prefix that is complete or an error stays so), whatever the bytes.
+TEST(HttpParse, PrefixesAgreeWithTheWholeOnRandomInput) {
+  const std::vector<std::string> pieces = {"GET ",
+                                           "HEAD ",
+                                           "POST ",
+                                           "BREW ",
+                                           "/metrics",
+                                           "/",
+                                           "?a=b",
+                                           " HTTP/1.1",
+                                           " HTTP/1.0",
+                                           " HTTP/2",
+                                           "\r\n",
+                                           "\n",
+                                           "Host: x",
+                                           "Content-Length: 3",
+                                           "Content-Length: 99999",
+                                           "Transfer-Encoding: chunked",
+                                           "Connection: close",
+                                           ": ",
+                                           " ",
+                                           "abc",
+                                           "\x00",
+                                           "\xff",
+                                           std::string(3000, 'a'),
+                                           "\r\n\r\n"};
+  Limits l;
+  l.max_request_line_bytes = 4096;
+  l.max_header_line_bytes = 4096;
+  l.max_head_bytes = 8192;
+  std::mt19937 rng(12);
+  for (int round = 0; round < 2000; ++round) {
+    std::string buf;
+    const int n = std::uniform_int_distribution<int>(1, 12)(rng);
+    for (int i = 0; i < n; ++i)
+      buf += pieces[std::uniform_int_distribution<std::size_t>(0, pieces.size() - 1)(rng)];
+    const Parsed whole = parse_request(buf, l);
+    if (whole.state == State::complete) {
+      ASSERT_LE(whole.consumed, buf.size());
+    }
+    if (whole.state == State::error) {
+      ASSERT_GE(whole.error_status, 400);
+      ASSERT_LT(whole.error_status, 500);
+    }
+    for (std::size_t cut = 0; cut < buf.size(); cut += 7) {
+      const Parsed part = parse_request(std::string_view(buf).substr(0, cut), l);
+      if (part.state == State::complete) {
+        ASSERT_EQ(whole.state, State::complete) << buf;
+        ASSERT_EQ(whole.consumed, part.consumed) << buf;
+      } else if (part.state == State::error) {
+        ASSERT_EQ(whole.state, State::error) << buf;
+      }
+    }
+  }
+}
+
 TEST(HttpSerialize, HeadKeepsLengthAndDropsBody) {
   Response r;
   r.body = "hello";
@@ -122,8 +180,13 @@ class LiveServer {
     server_->stop();
     thread_.join();
   }
-  int connect() const {
+  /// A connection from `source` (any address of 127/8 is this host).
+  int connect(const char* source = "127.0.0.1") const {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source, &from.sin_addr);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<std::uint16_t>(server_->port()));
@@ -221,6 +284,31 @@ TEST(HttpServer, IdleKeptAliveConnectionIsClosed) {
   EXPECT_NE(got.find("\r\n\r\n/x"), std::string::npos) << got;  // answered, then closed
   EXPECT_EQ(got.find("<timeout>"), std::string::npos);
   EXPECT_EQ(s.server().stats().idle_timeouts.load(), 1u);
+}
+
+}  // namespace
+}  // namespace sonde::http
+
+namespace sonde::http {
+namespace {
+
+TEST(HttpServer, AtTheConnectionCapTheOldestSlowOneMakesRoom) {
+  Limits l;
+  l.max_connections = 2;
+  LiveServer s{l};
+  const int old1 = s.connect();
+  ::send(old1, "G", 1, 0);  // a slow head, started first
+  // Let the loop accept it before the next one, so the order is known.
+  for (int i = 0; i < 200 && s.server().stats().open.load() < 1; ++i) ::usleep(5000);
+  const int old2 = s.connect("127.0.0.2");
+  for (int i = 0; i < 200 && s.server().stats().open.load() < 2; ++i) ::usleep(5000);
+  const int fresh = s.connect("127.0.0.3");  // each address under its own cap
+  const std::string req = "GET /new HTTP/1.1\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fresh, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  EXPECT_NE(read_until_close(fresh).find("\r\n\r\n/new"), std::string::npos);
+  EXPECT_EQ(read_until_close(old1), "");  // closed to make room
+  EXPECT_EQ(s.server().stats().evicted.load(), 1u);
+  for (int fd : {old1, old2, fresh}) ::close(fd);
 }
 
 }  // namespace
