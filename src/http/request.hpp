@@ -27,8 +27,8 @@ struct Limits {
   /// Open at once from one client address (IPv6: one /64). Over it, a new connection gets 503
   /// and is closed.
   std::size_t max_connections_per_client = 128;
-  std::size_t max_pending_output_bytes = 1 << 20;  ///< responses queued before reading stops
-  int listen_backlog = 1024;                       ///< listen(2); the kernel caps it (somaxconn)
+  std::size_t max_pending_output_bytes = 256 << 10;  ///< responses queued before reading stops
+  int listen_backlog = 1024;                         ///< listen(2); the kernel caps it (somaxconn)
 };
 
 struct Request {
