@@ -5,6 +5,7 @@ Run by ctest (tests/CMakeLists.txt) with SONDE_BINARY set; needs Debian's promet
 """
 
 import concurrent.futures
+import glob
 import http.client
 import json
 import os
@@ -547,3 +548,16 @@ def test_loopback_listen_does_not_warn():
     finally:
         rc, err = s.stop()
     assert rc == 0 and "warning" not in err, err
+
+
+@pytest.mark.skipif(os.path.isdir("/sys/fs/cgroup/system.slice/slurmstepd.scope")
+                    or bool(glob.glob("/sys/fs/cgroup/*/slurm*")),
+                    reason="this node puts Slurm jobs in cgroups")
+def test_per_job_says_when_jobs_come_from_the_environment():
+    s = Server("--per-job")
+    try:
+        assert s.get()[0] == 200
+    finally:
+        rc, err = s.stop()
+    assert rc == 0
+    assert "SLURM_JOB_ID" in err and "any user can set" in err, err
