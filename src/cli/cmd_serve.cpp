@@ -1,21 +1,18 @@
 // sonde serve: samples the node on its own interval (main thread, absolute schedule, signalfd)
-// and serves the last tick at /metrics over HTTP (cpp-httplib, a bounded pool of worker threads).
-// Each tick renders both exposition formats once; a scrape only copies a shared pointer.
-#include <httplib.h>
+// and serves the last tick at /metrics over HTTP (src/http: one thread, one epoll loop, bounded
+// connections and deadlines). Each tick renders both exposition formats once; a scrape only copies
+// a shared pointer.
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <iostream>
 #include <mutex>
 #include <thread>
@@ -24,6 +21,7 @@
 
 #include "cli/commands.hpp"
 #include "core/gzip.hpp"
+#include "http/server.hpp"
 #include "sinks/prometheus.hpp"
 #include "sinks/prometheus_owners.hpp"
 
@@ -36,56 +34,39 @@ struct Page {
   std::string openmetrics;  ///< without "# EOF"
 };
 
-/// A fixed number of workers and a bounded queue: when every worker is busy and the queue is
-/// full, the accepting thread waits (new connections then wait in the kernel's backlog).
-class BoundedPool final : public httplib::TaskQueue {
- public:
-  BoundedPool(std::size_t threads, std::size_t max_queued) : max_queued_(max_queued) {
-    for (std::size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
-  }
-  void enqueue(std::function<void()> fn) override {
-    std::unique_lock lock(mutex_);
-    room_.wait(lock, [&] { return jobs_.size() < max_queued_ || shutdown_; });
-    jobs_.push_back(std::move(fn));
-    ready_.notify_one();
-  }
-  void shutdown() override {
-    {
-      std::lock_guard lock(mutex_);
-      shutdown_ = true;
-    }
-    ready_.notify_all();
-    room_.notify_all();
-    for (auto& t : workers_) t.join();
-  }
-
- private:
-  void work() {
-    for (;;) {
-      std::function<void()> fn;
-      {
-        std::unique_lock lock(mutex_);
-        ready_.wait(lock, [&] { return !jobs_.empty() || shutdown_; });
-        if (jobs_.empty()) return;  // shut down and drained
-        fn = std::move(jobs_.front());
-        jobs_.pop_front();
-        room_.notify_one();
-      }
-      fn();
-    }
-  }
-  std::size_t max_queued_;
-  std::mutex mutex_;
-  std::condition_variable ready_, room_;
-  std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> workers_;
-  bool shutdown_ = false;
-};
-
-constexpr std::size_t kMaxBodyBytes = 4096;
-
-bool accepts_gzip(const std::string& accept_encoding) {
+bool accepts_gzip(std::string_view accept_encoding) {
   return accept_encoding.find("gzip") != std::string::npos;
+}
+
+/// The HTTP server's own figures (docs/prometheus.md, "sonde itself"), appended to a scrape.
+void append_http_stats(const http::ServerStats& st, bool om, std::string& out) {
+  const auto load = [](const std::atomic<std::uint64_t>& v) {
+    return v.load(std::memory_order_relaxed);
+  };
+  auto it = std::back_inserter(out);
+  fmt::format_to(it,
+                 "# HELP sonde_http_connections Open HTTP connections.\n"
+                 "# TYPE sonde_http_connections gauge\nsonde_http_connections {}\n",
+                 load(st.open));
+  const char* accepted =
+      om ? "sonde_http_connections_accepted" : "sonde_http_connections_accepted_total";
+  fmt::format_to(it,
+                 "# HELP {0} HTTP connections accepted.\n# TYPE {0} counter\n"
+                 "sonde_http_connections_accepted_total {1}\n",
+                 accepted, load(st.accepted));
+  const char* closed = om ? "sonde_http_connections_closed" : "sonde_http_connections_closed_total";
+  fmt::format_to(it,
+                 "# HELP {} HTTP connections closed or refused by a bound of the server, by "
+                 "bound.\n# TYPE {} counter\n",
+                 closed, closed);
+  const std::pair<const char*, const std::atomic<std::uint64_t>*> reasons[] = {
+      {"header_timeout", &st.header_timeouts}, {"idle_timeout", &st.idle_timeouts},
+      {"write_timeout", &st.write_timeouts},   {"per_client_limit", &st.refused_per_client},
+      {"connection_limit", &st.refused_full},  {"evicted", &st.evicted},
+      {"bad_request", &st.bad_requests}};
+  for (const auto& [reason, value] : reasons)
+    fmt::format_to(it, "sonde_http_connections_closed_total{{reason=\"{}\"}} {}\n", reason,
+                   load(*value));
 }
 
 constexpr const char* kIndexPage =
@@ -179,109 +160,93 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   };
   sample();
 
-  httplib::Server server;
-  const std::size_t threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 2, 4);
-  server.new_task_queue = [threads] { return new BoundedPool(threads, 64); };
-  server.set_payload_max_length(kMaxBodyBytes);
-  // httplib's default also sets SO_REUSEPORT, which would let a second exporter share the port
-  // (and half the scrapes) silently: SO_REUSEADDR only, so a port in use is an error.
-  server.set_socket_options([](int sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  server.set_tcp_nodelay(true);  // headers and body are two writes: no Nagle delay between them
-  server.set_read_timeout(5, 0);
-  server.set_write_timeout(5, 0);
-  server.set_keep_alive_timeout(5);
-  server.set_keep_alive_max_count(100);
-
-  // Nothing sonde serves takes a body: a request announcing one larger than the payload limit is
-  // refused before routing (httplib reads bodies only for methods that expect one), and the
-  // connection is closed so that the unread body is not taken for the next request.
-  server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-    const std::string length = req.get_header_value("Content-Length");
-    std::size_t n = 0;
-    const auto [end, ec] = std::from_chars(length.data(), length.data() + length.size(), n);
-    const bool small =
-        length.empty() ||
-        (ec == std::errc() && end == length.data() + length.size() && n <= kMaxBodyBytes);
-    if (small && !req.has_header("Transfer-Encoding"))
-      return httplib::Server::HandlerResponse::Unhandled;
-    res.status = 413;
-    res.set_header("Connection", "close");
-    res.set_content("413 request body too large\n", "text/plain; charset=utf-8");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  server.Get("/metrics", [&](const httplib::Request& req, httplib::Response& res) {
+  // The page of one scrape: the cached tick plus the exporter's own counters.
+  const auto metrics = [&](const http::Request& req, const http::ServerStats* stats) {
     std::shared_ptr<const Page> p;
     {
       std::lock_guard lock(page_mutex);
       p = page;
     }
     const std::uint64_t n = scrapes.fetch_add(1, std::memory_order_relaxed) + 1;
-    const prom::Format f = prom::negotiate(req.get_header_value("Accept"));
-    std::string body;
-    const std::string& cached = f == prom::Format::openmetrics ? p->openmetrics : p->prometheus;
-    body.reserve(cached.size() + 160);
+    const bool om = prom::negotiate(req.header("accept")) == prom::Format::openmetrics;
+    const std::string& cached = om ? p->openmetrics : p->prometheus;
+    http::Response res;
+    std::string& body = res.body;
+    body.reserve(cached.size() + 1024);
     body = cached;
-    const bool om = f == prom::Format::openmetrics;
     fmt::format_to(std::back_inserter(body),
                    "# HELP {0} Scrapes of /metrics answered since sonde started.\n"
                    "# TYPE {0} counter\nsonde_scrapes_total {1}\n",
                    om ? "sonde_scrapes" : "sonde_scrapes_total", n);
-    if (om) {
-      body += prom::kOpenMetricsEof;
-      if (accepts_gzip(req.get_header_value("Accept-Encoding"))) {
-        // httplib compresses text/* bodies itself, but not the OpenMetrics content type, which
-        // Prometheus asks for with Accept-Encoding: gzip.
-        std::string zipped = gzip(body, Z_DEFAULT_COMPRESSION);
-        if (!zipped.empty()) {
-          res.set_header("Content-Encoding", "gzip");
-          body = std::move(zipped);
-        }
+    if (stats) append_http_stats(*stats, om, body);
+    if (om) body += prom::kOpenMetricsEof;
+    res.content_type = om ? prom::kOpenMetricsContentType : prom::kPrometheusContentType;
+    if (accepts_gzip(req.header("accept-encoding"))) {
+      std::string zipped = gzip(body, Z_DEFAULT_COMPRESSION);
+      if (!zipped.empty()) {
+        res.headers.emplace_back("Content-Encoding", "gzip");
+        body = std::move(zipped);
       }
     }
-    res.set_content(std::move(body),
-                    om ? prom::kOpenMetricsContentType : prom::kPrometheusContentType);
-  });
-  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(kIndexPage, "text/html; charset=utf-8");
-  });
-  // Only GET (and HEAD, which httplib answers from the GET handlers) are served.
-  const auto not_allowed = [](const httplib::Request&, httplib::Response& res) {
-    res.status = 405;
-    res.set_header("Allow", "GET, HEAD");
-    res.set_content("405 method not allowed\n", "text/plain; charset=utf-8");
+    return res;
   };
-  server.Post(".*", not_allowed);
-  server.Put(".*", not_allowed);
-  server.Patch(".*", not_allowed);
-  server.Delete(".*", not_allowed);
-  server.Options(".*", not_allowed);
-  server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.body.empty())
-      res.set_content(fmt::format("{}\n", res.status), "text/plain; charset=utf-8");
-  });
 
   const auto& [host, port_wanted] = *listen;
-  int port = port_wanted;
-  if (port_wanted == 0) {
-    port = server.bind_to_any_port(host);
-  } else if (!server.bind_to_port(host, port_wanted)) {
-    port = -1;
+  const http::ServerStats* stats = nullptr;
+  // Routing: GET and HEAD (the server leaves HEAD's body out) of / and /metrics.
+  const auto route = [&](const http::Request& req) {
+    if (req.method != "GET" && req.method != "HEAD") {
+      http::Response res = http::error_response(405, "method not allowed");
+      res.close = false;
+      res.headers.emplace_back("Allow", "GET, HEAD");
+      return res;
+    }
+    if (req.path == "/metrics") return metrics(req, stats);
+    if (req.path == "/") {
+      http::Response res;
+      res.content_type = "text/html; charset=utf-8";
+      res.body = kIndexPage;
+      return res;
+    }
+    http::Response res = http::error_response(404, "not found");
+    res.close = false;
+    return res;
+  };
+  // Slow clients must not exhaust descriptors before the connection cap does.
+  const http::Limits limits;
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    const rlim_t want = limits.max_connections + 128;
+    if (rl.rlim_cur < want) {
+      rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
   }
-  if (port <= 0) {
+  auto server_r = http::Server::listen(host, port_wanted, limits, route);
+  if (!server_r) {
     print_error(fmt::format("--listen {}: cannot listen on {} port {}: {}", so.listen, host,
-                            port_wanted, std::strerror(errno)));
+                            port_wanted, server_r.error().message));
     if (sig_fd >= 0) ::close(sig_fd);
     ::pthread_sigmask(SIG_SETMASK, &original, nullptr);
     return kExitFailure;
   }
+  http::Server& server = **server_r;
+  stats = &server.stats();
+  const int port = server.port();
   const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   std::cerr << fmt::format("sonde: serving http://{}:{}/metrics (interval {} s)\n", shown, port,
-                           engine.interval_s())
-            << std::flush;
-  std::thread http([&] { server.listen_after_bind(); });
+                           engine.interval_s());
+  if (!server.loopback())
+    std::cerr << fmt::format(
+        "sonde: warning: listening on {}:{}, not a loopback address: this node's metrics{} are "
+        "exposed to every host that can reach it (use 127.0.0.1 to keep them local)\n",
+        shown, port, so.per_user || so.per_job ? " (with user names and job ids)" : "");
+  if (so.per_job && !prom::node_has_slurm_cgroups(eo.roots))
+    std::cerr << "sonde: note: --per-job: Slurm puts no jobs in cgroups here, so a process' job "
+                 "is its SLURM_JOB_ID, which any user can set (docs/prometheus.md)\n";
+  std::cerr << std::flush;
+  std::thread http([&] {
+    if (auto r = server.run(); !r) print_error(fmt::format("sonde serve: {}", r.error().message));
+  });
 
   // Sampling on an absolute schedule until SIGINT/SIGTERM/SIGHUP.
   const double interval = engine.interval_s();

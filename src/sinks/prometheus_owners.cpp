@@ -1,6 +1,7 @@
 #include "sinks/prometheus_owners.hpp"
 
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -16,17 +17,94 @@ namespace {
 constexpr const char* kOther = "other";
 }
 
+namespace {
+
+/// "<digits>" followed by '/' or the end, at the front of `s`: the id.
+std::optional<std::string> job_id_at(std::string_view s) {
+  std::size_t end = 0;
+  while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end]))) ++end;
+  if (end == 0 || end > 20 || (end < s.size() && s[end] != '/')) return std::nullopt;
+  return std::string(s.substr(0, end));
+}
+
+/// The job of one cgroup path (the third field of a /proc/<pid>/cgroup line).
+std::optional<std::string> job_of_cgroup_path(std::string_view path) {
+  // v1: slurmstepd's hierarchy at the top of a controller's tree.
+  if (path.starts_with("/slurm")) {
+    std::size_t a = path.find('/', 1);
+    if (a != std::string_view::npos && path.substr(a).starts_with("/uid_")) {
+      std::size_t b = path.find('/', a + 1);
+      if (b != std::string_view::npos && path.substr(b).starts_with("/job_"))
+        if (auto id = job_id_at(path.substr(b + 5))) return id;
+    }
+  }
+  // v2: slurmstepd.scope (where slurmd's cgroup/v2 plugin puts jobs), not in a user's subtree.
+  constexpr std::string_view kScope = "/slurmstepd.scope/job_";
+  const std::size_t at = path.find(kScope);
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view prefix = path.substr(0, at);
+  if (prefix.find("/user.slice") != std::string_view::npos ||
+      prefix.find("/user@") != std::string_view::npos)
+    return std::nullopt;
+  return job_id_at(path.substr(at + kScope.size()));
+}
+
+}  // namespace
+
 std::optional<std::string> slurm_job_from_cgroup(std::string_view text) {
-  // cgroup v1 (".../slurm/uid_1000/job_1234/step_0") and v2 (".../job_1234/step_batch/...").
-  std::size_t pos = 0;
-  while ((pos = text.find("/job_", pos)) != std::string_view::npos) {
-    pos += 5;
-    std::size_t end = pos;
-    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
-    if (end > pos && (end == text.size() || text[end] == '/' || text[end] == '\n'))
-      return std::string(text.substr(pos, end - pos));
+  // Lines "hierarchy-id:controllers:path"; v1 ("4:memory:/slurm/uid_1000/job_1234/step_0") and
+  // v2 ("0::/system.slice/slurmstepd.scope/job_1234/step_batch/user/task_0").
+  while (!text.empty()) {
+    const std::size_t nl = text.find('\n');
+    const std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    const std::size_t c1 = line.find(':');
+    const std::size_t c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
+    if (c2 == std::string_view::npos) continue;
+    if (auto job = job_of_cgroup_path(line.substr(c2 + 1))) return job;
   }
   return std::nullopt;
+}
+
+bool node_has_slurm_cgroups(const Roots& roots) {
+  const std::string base = roots.sys + "/fs/cgroup";
+  struct stat st {};
+  if (::stat((base + "/system.slice/slurmstepd.scope").c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return true;
+  if (::stat((base + "/cgroup.controllers").c_str(), &st) == 0) return false;  // v2 only
+  auto controllers = list_dir(base);
+  if (!controllers) return false;
+  for (const std::string& c : *controllers) {
+    auto entries = list_dir(base + "/" + c);
+    if (!entries) continue;
+    for (const std::string& e : *entries)
+      if (e.starts_with("slurm") && ::stat((base + "/" + c + "/" + e).c_str(), &st) == 0 &&
+          S_ISDIR(st.st_mode))
+        return true;
+  }
+  return false;
+}
+
+JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgroups) {
+  JobAttribution a;
+  if (auto cg = read_file(pid_dir + "/cgroup")) {
+    if ((a.job = slurm_job_from_cgroup(*cg))) {
+      a.source = JobSource::cgroup;
+      return a;
+    }
+  }
+  // Where Slurm uses cgroups, a process outside a job cgroup is in no job, whatever its
+  // environment says; elsewhere the environment is all there is.
+  if (slurm_cgroups) return a;
+  if (auto env = read_file(pid_dir + "/environ")) {
+    if (auto v = procfs::environ_value(*env, "SLURM_JOB_ID")) {
+      if (auto id = job_id_at(*v); id && id->size() == v->size()) {
+        a.job = std::move(id);
+        a.source = JobSource::environment;
+      }
+    }
+  }
+  return a;
 }
 
 OwnerAggregator::OwnerAggregator(bool users, bool jobs, std::size_t max_series)
@@ -128,6 +206,7 @@ std::string OwnerScanner::user_name(std::uint32_t uid) {
 }
 
 const OwnerUsage& OwnerScanner::scan() {
+  if (jobs_) slurm_cgroups_ = node_has_slurm_cgroups(roots_);
   auto listing = list_dir(roots_.proc);
   records_.clear();
   std::unordered_map<int, Known> seen;
@@ -153,12 +232,7 @@ const OwnerUsage& OwnerScanner::scan() {
         if (!parsed) continue;
         k.starttime_ticks = st->starttime_ticks;
         k.uid = parsed->uid_real;
-        if (jobs_) {
-          if (auto cg = read_file(dir + "/cgroup")) k.job = slurm_job_from_cgroup(*cg);
-          if (!k.job)
-            if (auto env = read_file(dir + "/environ"))
-              k.job = procfs::environ_value(*env, "SLURM_JOB_ID");
-        }
+        if (jobs_) k.job = slurm_job_of_process(dir, slurm_cgroups_).job;
       }
       PidRecord r;
       r.pid = pid;

@@ -74,8 +74,7 @@ class OwnerAggregator {
 };
 
 /// Reads every pid under `roots.proc` each scan: stat each time, status (uid) and the Slurm job
-/// (from /proc/<pid>/cgroup "job_<id>", else SLURM_JOB_ID in environ, which only root or the
-/// owner may read) once per pid.
+/// (slurm_job_of_process) once per pid.
 class OwnerScanner {
  public:
   OwnerScanner(Roots roots, bool users, bool jobs, std::size_t max_series);
@@ -91,6 +90,7 @@ class OwnerScanner {
 
   Roots roots_;
   bool jobs_;
+  bool slurm_cgroups_ = false;  ///< node_has_slurm_cgroups, refreshed every scan
   OwnerAggregator aggregator_;
   std::unordered_map<int, Known> known_;
   std::unordered_map<std::uint32_t, std::string> names_;
@@ -99,7 +99,29 @@ class OwnerScanner {
   std::uint64_t page_size_;
 };
 
-/// The Slurm job id in /proc/<pid>/cgroup text ("…/job_1234/…"), if any.
+/// The Slurm job id in /proc/<pid>/cgroup text when the process is in a job cgroup that
+/// slurmstepd made, which no user can join or forge: cgroup v1 "/slurm[…]/uid_<u>/job_<id>/…" at
+/// the top of a hierarchy, v2 "…/slurmstepd.scope/job_<id>/…" outside the user slices (systemd
+/// delegates cgroups to users only under /user.slice, where a "job_<id>" could be anyone's).
 std::optional<std::string> slurm_job_from_cgroup(std::string_view cgroup_text);
+
+/// Whether this node puts Slurm jobs into cgroups (then every process of a job is in its job's
+/// cgroup): v2 `<sys>/fs/cgroup/system.slice/slurmstepd.scope`, or v1
+/// `<sys>/fs/cgroup/<controller>/slurm*`.
+bool node_has_slurm_cgroups(const Roots& roots);
+
+/// Where a process' job came from.
+enum class JobSource { none, cgroup, environment };
+
+struct JobAttribution {
+  std::optional<std::string> job;
+  JobSource source = JobSource::none;
+};
+
+/// The Slurm job of the process at `pid_dir` (/proc/<pid>): its job cgroup when it has one;
+/// else, only on a node without Slurm cgroups (`slurm_cgroups` false), SLURM_JOB_ID from its
+/// environment — which its owner can set to anything, so that fallback is claimable — when it
+/// is a plain job id (digits, at most 20).
+JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgroups);
 
 }  // namespace sonde::prom

@@ -5,6 +5,8 @@ Run by ctest (tests/CMakeLists.txt) with SONDE_BINARY set; needs Debian's promet
 """
 
 import concurrent.futures
+import glob
+import http.client
 import json
 import os
 import re
@@ -13,6 +15,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -28,22 +31,23 @@ OM_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics
 class Server:
     """A `sonde serve` child on an ephemeral loopback port."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, listen="127.0.0.1:0"):
         self.proc = subprocess.Popen(
-            [SONDE, "serve", "--listen", "127.0.0.1:0", "--interval", "0.2", *args],
+            [SONDE, "serve", "--listen", listen, "--interval", "0.2", *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stderr.readline()
-        m = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
+        self.first_line = line
+        m = re.search(r"http://[0-9.]+:(\d+)/metrics", line)
         if not m:
             self.proc.kill()
             raise AssertionError(f"no listening line from sonde serve: {line!r}")
         self.port = int(m.group(1))
         self.base = f"http://127.0.0.1:{self.port}"
 
-    def get(self, path="/metrics", headers=None, method="GET"):
+    def get(self, path="/metrics", headers=None, method="GET", timeout=10):
         req = urllib.request.Request(self.base + path, headers=headers or {}, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, dict(r.headers), r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), e.read().decode()
@@ -364,3 +368,196 @@ def test_port_in_use_fails_cleanly(server):
     assert r.returncode == 1
     assert "cannot listen" in r.stderr
     assert server.get()[0] == 200
+
+
+# ---- Bounds of the HTTP server (src/http/request.hpp, Limits; docs/prometheus.md) ----
+HEADER_TIMEOUT_S = 10
+IDLE_TIMEOUT_S = 5
+MAX_PER_CLIENT = 128
+
+
+def read_responses(sock, timeout=10.0):
+    """Every byte until the server closes the connection."""
+    sock.settimeout(timeout)
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def split_responses(data):
+    """[(status, headers, body)] of a stream of HTTP/1.1 responses with Content-Length."""
+    out = []
+    while data:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        assert sep, data[:200]
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        headers = {k.lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+        n = int(headers["content-length"])
+        out.append((status, headers, rest[:n]))
+        data = rest[n:]
+    return out
+
+
+def closed_by_server(sock, timeout):
+    """True when the server closes `sock` (FIN or reset) within `timeout` seconds."""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return True
+    except ConnectionResetError:
+        return True
+    except (socket.timeout, TimeoutError):
+        return False
+
+
+class SlowClients:
+    """`n` connections sending a request head at 1 byte per second (slowloris)."""
+
+    def __init__(self, port, n, source="127.0.0.1"):
+        self.socks = [socket.create_connection(("127.0.0.1", port), timeout=5,
+                                               source_address=(source, 0)) for _ in range(n)]
+        self.payload = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 1000
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        i = 0
+        while not self.done.is_set() and i < len(self.payload):
+            for s in self.socks:
+                try:
+                    s.send(self.payload[i:i + 1])
+                except OSError:
+                    pass
+            i += 1
+            self.done.wait(1.0)
+
+    def close(self):
+        self.done.set()
+        self.thread.join()
+        for s in self.socks:
+            s.close()
+
+
+def test_100_slow_clients_do_not_stop_scrapes(server):
+    """Two slow clients used to make every scrape time out (a thread each); now 100 cost a few
+    kilobytes each, scrapes answer, and each is closed at the header deadline (total, not per
+    byte)."""
+    slow = SlowClients(server.port, 100)
+    try:
+        t0 = time.monotonic()
+        seen_open = 0
+        # A liveness bound (2 s on a loaded 2-core machine), not a benchmark: bench/serve measures.
+        while time.monotonic() - t0 < 4:
+            status, _, body = server.get(timeout=2)
+            assert status == 200
+            seen_open = max(seen_open, samples(body)["sonde_http_connections"])
+            time.sleep(0.2)
+        assert seen_open >= 100  # the slow ones were open meanwhile
+        for s in slow.socks:
+            remaining = HEADER_TIMEOUT_S + 5 - (time.monotonic() - t0)
+            assert closed_by_server(s, max(remaining, 0.1)), "slow client still open"
+        body = server.get()[2]
+        assert samples(body)['sonde_http_connections_closed_total{reason="header_timeout"}'] >= 100
+        assert_promtool_clean(body)
+    finally:
+        slow.close()
+
+
+def test_client_over_the_per_address_cap_is_refused(server):
+    held = [socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            for _ in range(MAX_PER_CLIENT)]
+    try:
+        extra = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        reply = read_responses(extra)
+        extra.close()
+        # 503 and closed (or, if the reset won the race, just closed): never served.
+        assert reply == b"" or reply.startswith(b"HTTP/1.1 503 "), reply[:200]
+        # Another client address is served meanwhile.
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=2,
+                                          source_address=("127.0.0.2", 0))
+        conn.request("GET", "/metrics")
+        r = conn.getresponse()
+        body = r.read().decode()
+        conn.close()
+        assert r.status == 200
+        assert samples(body)['sonde_http_connections_closed_total{reason="per_client_limit"}'] >= 1
+    finally:
+        for s in held:
+            s.close()
+    # Slots are given back as connections close.
+    deadline = time.monotonic() + 10
+    while server.get()[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.get()[0] == 200
+
+
+def test_pipelined_requests_each_get_an_answer_in_order(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        responses = split_responses(read_responses(s))
+    assert [r[0] for r in responses] == [200, 200, 404]
+    assert b"sonde_memory_used_bytes " in responses[0][2]
+    assert b'href="/metrics"' in responses[1][2]
+    assert responses[2][1].get("connection") == "close"
+
+
+def test_idle_kept_alive_connection_is_closed(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = b""
+        while b"</html>" not in head:
+            chunk = s.recv(65536)
+            assert chunk, head
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert b"Connection: close" not in head  # kept alive…
+        assert closed_by_server(s, IDLE_TIMEOUT_S + 5)  # …until idle too long
+    body = server.get()[2]
+    assert samples(body)['sonde_http_connections_closed_total{reason="idle_timeout"}'] >= 1
+
+
+def test_non_loopback_listen_warns_on_stderr():
+    s = Server(listen="0.0.0.0:0")
+    try:
+        assert s.first_line.startswith("sonde: serving http://0.0.0.0:")
+        warning = s.proc.stderr.readline()
+        assert "warning" in warning and "0.0.0.0" in warning and "exposed" in warning, warning
+        assert s.get()[0] == 200
+    finally:
+        rc, err = s.stop()
+    assert rc == 0
+
+
+def test_loopback_listen_does_not_warn():
+    s = Server()
+    try:
+        assert s.get()[0] == 200
+    finally:
+        rc, err = s.stop()
+    assert rc == 0 and "warning" not in err, err
+
+
+@pytest.mark.skipif(os.path.isdir("/sys/fs/cgroup/system.slice/slurmstepd.scope")
+                    or bool(glob.glob("/sys/fs/cgroup/*/slurm*")),
+                    reason="this node puts Slurm jobs in cgroups")
+def test_per_job_says_when_jobs_come_from_the_environment():
+    s = Server("--per-job")
+    try:
+        assert s.get()[0] == 200
+    finally:
+        rc, err = s.stop()
+    assert rc == 0
+    assert "SLURM_JOB_ID" in err and "any user can set" in err, err

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>  // mkdtemp
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "sinks/prometheus_owners.hpp"
@@ -121,6 +125,139 @@ TEST(PrometheusOwners, SlurmJobFromCgroup) {
             "77");
   EXPECT_EQ(slurm_job_from_cgroup("0::/user.slice/job_x/\n"), std::nullopt);
   EXPECT_EQ(slurm_job_from_cgroup("0::/user.slice\n"), std::nullopt);
+  // The line that has it need not be the first (cgroup v1 lists every controller).
+  EXPECT_EQ(slurm_job_from_cgroup("9:pids:/system.slice/slurmd.service\n"
+                                  "4:memory:/slurm/uid_1000/job_42/step_0/task_0\n"),
+            "42");
+}
+
+TEST(PrometheusOwners, SlurmJobFromCgroupOnlyWhereSlurmstepdPutsJobs) {
+  // A user may create cgroups in the subtree systemd delegates to them, named as they like.
+  EXPECT_EQ(
+      slurm_job_from_cgroup("0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_5/\n"),
+      std::nullopt);
+  EXPECT_EQ(slurm_job_from_cgroup("0::/user.slice/user-1000.slice/user@1000.service/"
+                                  "slurmstepd.scope/job_5/step_0\n"),
+            std::nullopt);
+  // v1: only at the top of a hierarchy, with slurm's uid_<u> level.
+  EXPECT_EQ(slurm_job_from_cgroup("1:name=systemd:/user.slice/slurm/uid_1/job_5\n"), std::nullopt);
+  EXPECT_EQ(slurm_job_from_cgroup("4:memory:/slurm/job_5\n"), std::nullopt);
+  EXPECT_EQ(slurm_job_from_cgroup("4:memory:/slurm_node1/uid_7/job_5\n"), "5");
+  EXPECT_EQ(
+      slurm_job_from_cgroup("0::/system.slice/slurmstepd.scope/job_12345678901234567890123/\n"),
+      std::nullopt);  // not a job id
+}
+
+/// A fresh directory under the system's temporary directory, removed with the object.
+class TempTree {
+ public:
+  TempTree() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "sonde-owners-test-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempTree() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempTree(const TempTree&) = delete;
+  TempTree& operator=(const TempTree&) = delete;
+  void write(const std::string& rel, const std::string& text) const {
+    const std::filesystem::path p = path_ / rel;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  }
+  void mkdir(const std::string& rel) const { std::filesystem::create_directories(path_ / rel); }
+  Roots roots() const { return Roots{(path_ / "proc").string(), (path_ / "sys").string()}; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// A string literal with its embedded NULs (but not the terminating one).
+template <std::size_t N>
+std::string bytes(const char (&s)[N]) {
+  return std::string(s, N - 1);
+}
+
+/// A process of uid 1000 with this cgroup and environment (NUL-separated).
+void add_pid(const TempTree& t, int pid, const std::string& cgroup, const std::string& environ) {
+  const std::string dir = "proc/" + std::to_string(pid) + "/";
+  t.write(dir + "stat", std::to_string(pid) +
+                            " (x) S 1 1 1 0 -1 4194304 0 0 0 0 100 50 0 0 20 0 1 0 500 1000 10 "
+                            "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
+  t.write(dir + "status",
+          "Name:\tx\nPPid:\t1\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n");
+  t.write(dir + "cgroup", cgroup);
+  t.write(dir + "environ", environ);
+}
+
+const std::string kFixtures = SONDE_FIXTURES_DIR;
+
+TEST(PrometheusOwners, FixtureTreesHaveSlurmCgroups) {
+  EXPECT_TRUE(node_has_slurm_cgroups(
+      Roots{kFixtures + "/tree_v2_slurm/proc", kFixtures + "/tree_v2_slurm/sys"}));
+  EXPECT_TRUE(
+      node_has_slurm_cgroups(Roots{kFixtures + "/tree_v1/proc", kFixtures + "/tree_v1/sys"}));
+  TempTree plain;
+  plain.write("sys/fs/cgroup/cgroup.controllers", "cpu memory\n");
+  plain.mkdir("sys/fs/cgroup/user.slice");
+  EXPECT_FALSE(node_has_slurm_cgroups(plain.roots()));
+}
+
+TEST(PrometheusOwners, JobFromTheCgroupOfTheFixtureProcesses) {
+  auto v2 = slurm_job_of_process(kFixtures + "/tree_v2_slurm/proc/4242", true);
+  EXPECT_EQ(v2.job, "77");
+  EXPECT_EQ(v2.source, JobSource::cgroup);
+  auto v1 = slurm_job_of_process(kFixtures + "/tree_v1/proc/31337", true);
+  EXPECT_EQ(v1.job, "42");
+  EXPECT_EQ(v1.source, JobSource::cgroup);
+}
+
+TEST(PrometheusOwners, EnvironmentClaimIgnoredWhereSlurmUsesCgroups) {
+  TempTree t;
+  add_pid(t, 10, "0::/user.slice/user-1000.slice/session-3.scope\n",
+          bytes("SLURM_JOB_ID=77\0HOME=/x\0"));
+  const std::string dir = t.str() + "/proc/10";
+  // On a node where Slurm puts jobs in cgroups, a process outside them is in no job.
+  auto a = slurm_job_of_process(dir, true);
+  EXPECT_EQ(a.job, std::nullopt);
+  EXPECT_EQ(a.source, JobSource::none);
+  // Elsewhere the environment is all there is (and is claimable: see docs/prometheus.md).
+  auto b = slurm_job_of_process(dir, false);
+  EXPECT_EQ(b.job, "77");
+  EXPECT_EQ(b.source, JobSource::environment);
+  // Only a plain job id is taken from an environment.
+  add_pid(t, 11, "0::/\n", bytes("SLURM_JOB_ID=77\"} 1\nevil 2\0"));
+  EXPECT_EQ(slurm_job_of_process(t.str() + "/proc/11", false).job, std::nullopt);
+}
+
+TEST(PrometheusOwners, ScannerCountsOnlyTheJobCgroupOnASlurmCgroupNode) {
+  TempTree t;
+  t.write("sys/fs/cgroup/cgroup.controllers", "cpu memory\n");
+  t.mkdir("sys/fs/cgroup/system.slice/slurmstepd.scope/job_77/step_0/user/task_0");
+  add_pid(t, 20, "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n",
+          bytes("SLURM_JOB_ID=77\0"));
+  // Another user's process claiming job 77, and one inventing job 99, outside any job cgroup.
+  add_pid(t, 21, "0::/user.slice/user-1001.slice/session-4.scope\n", bytes("SLURM_JOB_ID=77\0"));
+  add_pid(t, 22, "0::/user.slice/user-1001.slice/session-4.scope\n", bytes("SLURM_JOB_ID=99\0"));
+  OwnerScanner scanner(t.roots(), false, true, 10);
+  const OwnerUsage& u = scanner.scan();
+  ASSERT_EQ(u.jobs.size(), 1u);
+  EXPECT_EQ(u.jobs[0].key, "77");
+  EXPECT_DOUBLE_EQ(u.jobs[0].processes, 1);
+
+  // The same processes on a node without Slurm cgroups: the environment decides.
+  TempTree n;
+  n.write("sys/fs/cgroup/cgroup.controllers", "cpu memory\n");
+  add_pid(n, 21, "0::/user.slice/user-1001.slice/session-4.scope\n", bytes("SLURM_JOB_ID=77\0"));
+  add_pid(n, 22, "0::/user.slice/user-1001.slice/session-4.scope\n", bytes("SLURM_JOB_ID=99\0"));
+  OwnerScanner plain(n.roots(), false, true, 10);
+  const OwnerUsage& v = plain.scan();
+  ASSERT_EQ(v.jobs.size(), 2u);
+  EXPECT_EQ(v.jobs[0].key, "77");
+  EXPECT_EQ(v.jobs[1].key, "99");
 }
 
 PidRecord pid(int p, std::uint32_t uid, double cpu, std::uint64_t rss,

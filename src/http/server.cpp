@@ -1,0 +1,521 @@
+#include "http/server.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <limits>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace sonde::http {
+
+namespace {
+
+double now_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+/// An owned file descriptor, closed once.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+/// The key connections are counted under: an IPv4 address (also when IPv4-mapped), or the /64
+/// of an IPv6 one (one host usually holds a whole /64).
+std::string client_key(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(ss).sin_addr;
+    return std::string("4") + std::string(reinterpret_cast<const char*>(&a), 4);
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr;
+    const auto* b = reinterpret_cast<const char*>(a.s6_addr);
+    if (IN6_IS_ADDR_V4MAPPED(&a)) return std::string("4") + std::string(b + 12, 4);
+    return std::string("6") + std::string(b, 8);
+  }
+  return "?";
+}
+
+bool is_loopback(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(ss).sin_addr;
+    return (ntohl(a.s_addr) >> 24) == 127;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+int port_of(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(ss).sin_port);
+  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(ss).sin6_port);
+  return -1;
+}
+
+constexpr std::size_t kReadChunk = 16384;
+constexpr double kDrainS = 1;                    ///< after a closing response, read what is left
+constexpr std::size_t kMaxDrainBytes = 1 << 20;  ///< … at most this much
+constexpr double kAcceptPauseS = 0.1;            ///< out of fds: stop accepting this long
+
+}  // namespace
+
+struct Conn {
+  Fd fd;
+  std::string key;
+  std::string in;
+  std::string out;
+  std::size_t out_off = 0;
+  std::uint64_t queued_total = 0, sent_total = 0;
+  std::deque<std::uint64_t> response_ends;  ///< queued_total at the end of each response
+  bool request_open = true;                 ///< a request is under way (or the connection is new)
+  double request_started = 0, idle_since = 0, write_started = 0;
+  bool close_after = false;  ///< close once the queued responses are written
+  bool peer_eof = false;
+  bool draining = false;
+  double drain_deadline = 0;
+  std::size_t drained = 0;
+  std::uint32_t events = 0;  ///< epoll interest now
+
+  std::size_t pending() const { return out.size() - out_off; }
+  double deadline(const Limits& l) const {
+    if (draining) return drain_deadline;
+    if (pending() > 0) return write_started + l.write_timeout_s;
+    if (request_open) return request_started + l.header_timeout_s;
+    return idle_since + l.idle_timeout_s;
+  }
+};
+
+struct Server::Impl {
+  Limits limits;
+  Handler handler;
+  Fd listen_fd, epoll_fd, event_fd;
+  int port = -1;
+  bool loopback = false;
+  std::unordered_map<int, std::unique_ptr<Conn>> conns;  // by fd
+  std::unordered_map<std::string, std::size_t> per_client;
+  ServerStats stats;
+  bool accept_paused = false;
+  double accept_resume = 0;
+  double now = 0;
+
+  bool set_interest(int fd, std::uint32_t events, int op) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = fd;
+    return ::epoll_ctl(epoll_fd.get(), op, fd, &ev) == 0;
+  }
+
+  void close_conn(int fd) {
+    auto it = conns.find(fd);
+    if (it == conns.end()) return;
+    auto pc = per_client.find(it->second->key);
+    if (pc != per_client.end() && --pc->second == 0) per_client.erase(pc);
+    ::epoll_ctl(epoll_fd.get(), EPOLL_CTL_DEL, fd, nullptr);
+    conns.erase(it);  // closes the fd
+    stats.open.store(conns.size(), std::memory_order_relaxed);
+  }
+
+  /// At the connection cap: closes the connection that has waited longest without a response to
+  /// write (a slow or idle one), so that a new client is not locked out by slow ones.
+  bool evict_one() {
+    int victim = -1;
+    double oldest = std::numeric_limits<double>::infinity();
+    for (const auto& [fd, c] : conns) {
+      if (c->draining || c->pending() > 0) continue;
+      const double since = c->request_open ? c->request_started : c->idle_since;
+      if (since < oldest) {
+        oldest = since;
+        victim = fd;
+      }
+    }
+    if (victim < 0) return false;
+    close_conn(victim);
+    stats.evicted.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  static void refuse(const Fd& fd, std::string_view why) {
+    std::string out;
+    serialize(error_response(503, why), false, false, 1, out);
+    [[maybe_unused]] const ssize_t n =
+        ::send(fd.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  void accept_all() {
+    for (;;) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      const int raw = ::accept4(listen_fd.get(), reinterpret_cast<sockaddr*>(&ss), &len,
+                                SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (raw < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: make room, or stop accepting for a moment (the listening
+          // socket would otherwise stay readable and spin the loop).
+          if (!evict_one()) {
+            accept_paused = true;
+            accept_resume = now + kAcceptPauseS;
+            set_interest(listen_fd.get(), 0, EPOLL_CTL_MOD);
+          }
+        }
+        return;  // EAGAIN, or an error that the next round retries
+      }
+      Fd fd(raw);
+      stats.accepted.fetch_add(1, std::memory_order_relaxed);
+      std::string key = client_key(ss);
+      auto pc = per_client.find(key);
+      if (pc != per_client.end() && pc->second >= limits.max_connections_per_client) {
+        refuse(fd, "too many connections from this address");
+        stats.refused_per_client.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      if (conns.size() >= limits.max_connections && !evict_one()) {
+        refuse(fd, "too many connections");
+        stats.refused_full.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      int one = 1;
+      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto c = std::make_unique<Conn>();
+      c->key = std::move(key);
+      c->request_started = now;
+      c->events = EPOLLIN | EPOLLRDHUP;
+      if (!set_interest(fd.get(), c->events, EPOLL_CTL_ADD)) continue;
+      const int n = fd.get();
+      c->fd = std::move(fd);
+      ++per_client[c->key];
+      conns.emplace(n, std::move(c));
+      stats.open.store(conns.size(), std::memory_order_relaxed);
+    }
+  }
+
+  /// Reads what is there; false when the connection is to be closed now.
+  bool read_some(Conn& c) {
+    char buf[kReadChunk];
+    for (;;) {
+      const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) {
+        if (c.draining) {
+          c.drained += static_cast<std::size_t>(n);
+          if (c.drained > kMaxDrainBytes) return false;
+          continue;
+        }
+        if (!c.request_open) {
+          c.request_open = true;
+          c.request_started = now;
+        }
+        c.in.append(buf, static_cast<std::size_t>(n));
+        return true;  // one read per wake-up: the loop stays fair between connections
+      }
+      if (n == 0) {
+        if (c.draining) return false;
+        c.peer_eof = true;  // a half-close: answer the complete requests, then close
+        return true;
+      }
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+  }
+
+  /// Answers the complete requests at the front of `in`, in order, while the output queue has
+  /// room. True when it queued something.
+  bool process(Conn& c) {
+    bool produced = false;
+    while (!c.close_after && !c.in.empty() && c.pending() < limits.max_pending_output_bytes) {
+      Parsed p = parse_request(c.in, limits);
+      if (p.state == Parsed::State::incomplete) {
+        if (c.peer_eof) c.in.clear();  // the rest will never come
+        break;
+      }
+      if (c.pending() == 0) c.write_started = now;
+      const std::size_t before = c.out.size();
+      if (p.state == Parsed::State::error) {
+        stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
+        serialize(error_response(p.error_status, p.error_text), false, false, 1, c.out);
+        c.close_after = true;
+        c.in.clear();
+      } else {
+        stats.requests.fetch_add(1, std::memory_order_relaxed);
+        Response r;
+        try {
+          r = handler(p.request);
+        } catch (...) {  // nothing crosses the loop: the client gets a 500
+          r = error_response(500, "internal error");
+        }
+        const bool keep = p.request.keep_alive && !r.close;
+        serialize(r, p.request.method == "HEAD", keep, p.request.minor_version, c.out);
+        c.in.erase(0, p.consumed);
+        if (!keep) {
+          c.close_after = true;
+          c.in.clear();
+        }
+        // The next request started with its first byte, which may already be here.
+        c.request_open = !c.in.empty();
+        c.request_started = now;
+      }
+      c.queued_total += c.out.size() - before;
+      c.response_ends.push_back(c.queued_total);
+      produced = true;
+    }
+    return produced;
+  }
+
+  /// Writes what the socket takes; false on a write error.
+  bool flush(Conn& c) {
+    while (c.pending() > 0) {
+      const ssize_t n =
+          ::send(c.fd.get(), c.out.data() + c.out_off, c.pending(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        c.out_off += static_cast<std::size_t>(n);
+        c.sent_total += static_cast<std::uint64_t>(n);
+        // Each response has its own write deadline from when it reaches the front.
+        while (!c.response_ends.empty() && c.response_ends.front() <= c.sent_total) {
+          c.response_ends.pop_front();
+          c.write_started = now;
+        }
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      return false;
+    }
+    if (c.pending() == 0) {
+      c.out.clear();
+      c.out_off = 0;
+      if (!c.request_open) c.idle_since = now;
+    } else if (c.out_off > 65536) {
+      c.out.erase(0, c.out_off);
+      c.out_off = 0;
+    }
+    return true;
+  }
+
+  /// Moves one connection on after an event; false when it is to be closed.
+  bool pump(Conn& c) {
+    while (!c.draining) {
+      const bool produced = process(c);
+      if (c.pending() > 0 && !flush(c)) return false;
+      if (c.pending() > 0) break;  // the socket is full: wait until it is writable
+      if (c.close_after) {
+        // Half-close and read what the client still sends for a moment, so that the answer is
+        // not destroyed by a reset for unread data.
+        ::shutdown(c.fd.get(), SHUT_WR);
+        c.draining = true;
+        c.drain_deadline = now + kDrainS;
+        break;
+      }
+      if (c.peer_eof) return false;  // everything it sent is answered
+      if (!produced) break;
+    }
+    std::uint32_t want = 0;
+    if (c.draining) {
+      want = EPOLLIN | EPOLLRDHUP;
+    } else {
+      if (!c.peer_eof && c.pending() < limits.max_pending_output_bytes &&
+          c.in.size() < limits.max_head_bytes + limits.max_body_bytes + kReadChunk)
+        want |= EPOLLIN | EPOLLRDHUP;
+      if (c.pending() > 0) want |= EPOLLOUT;
+    }
+    if (want != c.events) {
+      if (!set_interest(c.fd.get(), want, EPOLL_CTL_MOD)) return false;
+      c.events = want;
+    }
+    return true;
+  }
+
+  void on_event(int fd, std::uint32_t ev) {
+    auto it = conns.find(fd);
+    if (it == conns.end()) return;
+    Conn& c = *it->second;
+    if (ev & EPOLLERR) return close_conn(fd);
+    if ((ev & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) && !read_some(c)) return close_conn(fd);
+    if (!pump(c)) close_conn(fd);
+  }
+
+  /// Closes the connections past their deadline; returns the next deadline.
+  double expire() {
+    double next = std::numeric_limits<double>::infinity();
+    std::vector<int> late;
+    for (const auto& [fd, c] : conns) {
+      const double d = c->deadline(limits);
+      if (d > now) {
+        next = std::min(next, d);
+        continue;
+      }
+      late.push_back(fd);
+      if (c->draining) continue;
+      if (c->pending() > 0) {
+        stats.write_timeouts.fetch_add(1, std::memory_order_relaxed);
+      } else if (c->request_open) {
+        stats.header_timeouts.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        stats.idle_timeouts.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    for (int fd : late) close_conn(fd);
+    return next;
+  }
+};
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() = default;
+
+Result<std::unique_ptr<Server>> Server::listen(const std::string& host, int port, Limits limits,
+                                               Handler handler) {
+  auto impl = std::make_unique<Impl>();
+  // Connections past the descriptor limit would fail in accept: keep room for the rest of the
+  // process (plugins, /proc reads).
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    const auto room = rl.rlim_cur > 96 ? static_cast<std::size_t>(rl.rlim_cur - 64) : 32;
+    limits.max_connections = std::min(limits.max_connections, room);
+  }
+  limits.max_connections_per_client =
+      std::min(limits.max_connections_per_client, limits.max_connections);
+  impl->limits = limits;
+  impl->handler = std::move(handler);
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port_text = std::to_string(port);
+  if (const int rc = ::getaddrinfo(host.c_str(), port_text.c_str(), &hints, &found); rc != 0)
+    return make_error(Errc::io, ::gai_strerror(rc));
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
+  int err = EADDRNOTAVAIL;
+  for (addrinfo* ai = found; ai; ai = ai->ai_next) {
+    Fd fd(::socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (fd.get() < 0) {
+      err = errno;
+      continue;
+    }
+    // SO_REUSEADDR only (no SO_REUSEPORT): a second exporter on the same port is an error, not
+    // a silent half of the scrapes.
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 ||
+        ::listen(fd.get(), limits.listen_backlog) != 0) {
+      err = errno;
+      continue;
+    }
+    impl->listen_fd = std::move(fd);
+    break;
+  }
+  if (impl->listen_fd.get() < 0) return make_error(Errc::io, std::strerror(err));
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  if (::getsockname(impl->listen_fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0)
+    return make_error(Errc::io, std::strerror(errno));
+  impl->port = port_of(bound);
+  impl->loopback = is_loopback(bound);
+
+  impl->epoll_fd = Fd(::epoll_create1(EPOLL_CLOEXEC));
+  impl->event_fd = Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (impl->epoll_fd.get() < 0 || impl->event_fd.get() < 0 ||
+      !impl->set_interest(impl->listen_fd.get(), EPOLLIN, EPOLL_CTL_ADD) ||
+      !impl->set_interest(impl->event_fd.get(), EPOLLIN, EPOLL_CTL_ADD))
+    return make_error(Errc::io, fmt::format("epoll: {}", std::strerror(errno)));
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+int Server::port() const {
+  return impl_->port;
+}
+bool Server::loopback() const {
+  return impl_->loopback;
+}
+const Limits& Server::limits() const {
+  return impl_->limits;
+}
+const ServerStats& Server::stats() const {
+  return impl_->stats;
+}
+
+void Server::stop() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(impl_->event_fd.get(), &one, sizeof one);
+}
+
+Result<void> Server::run() {
+  Impl& s = *impl_;
+  epoll_event events[64];
+  for (;;) {
+    s.now = now_s();
+    double next = s.expire();
+    if (s.accept_paused) {
+      if (s.now >= s.accept_resume) {
+        s.accept_paused = false;
+        s.set_interest(s.listen_fd.get(), EPOLLIN, EPOLL_CTL_MOD);
+      } else {
+        next = std::min(next, s.accept_resume);
+      }
+    }
+    int timeout_ms = -1;
+    if (std::isfinite(next))
+      timeout_ms = static_cast<int>(std::clamp(std::ceil((next - s.now) * 1000), 0.0, 60000.0));
+    const int n = ::epoll_wait(s.epoll_fd.get(), events, 64, timeout_ms);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error(Errc::io, fmt::format("epoll_wait: {}", std::strerror(errno)));
+    }
+    s.now = now_s();
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == s.event_fd.get()) {
+        s.conns.clear();
+        s.per_client.clear();
+        return {};
+      }
+      if (fd == s.listen_fd.get()) {
+        s.accept_all();
+      } else {
+        s.on_event(fd, events[i].events);
+      }
+    }
+  }
+}
+
+}  // namespace sonde::http
