@@ -58,7 +58,9 @@ def summarize_py(frames, manifest, window=None):
         idx = [i for i, w in enumerate(wc) if window is None or window[0] <= w <= window[1]]
         first, last = (idx[0], idx[-1] + 1) if idx else (0, 0)
         rows = range(first, last)
-        cpus = float(node.get("num_system_cpus" if level == "system" else "num_cpus") or "nan")
+        per_level = (node.get("cpus_per_level") or {}).get(level) or {}
+        cpus = float(per_level.get("num_cpus")
+                     or node.get("num_system_cpus" if level == "system" else "num_cpus") or "nan")
         limit_bytes = float((node.get("memory_limits") or {}).get(level) or "nan")
 
         def col(name):

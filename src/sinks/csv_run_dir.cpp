@@ -48,15 +48,8 @@ std::string RunDirSink::default_dir(const std::string& parent,
 
 Result<std::unique_ptr<RunDirSink>> RunDirSink::create(const std::string& dir, const Engine& engine,
                                                        nlohmann::json meta) {
-  auto dir_fd = open_output_dir(dir, true);
-  if (!dir_fd)
-    return make_error(dir_fd.error().code,
-                      fmt::format("cannot use run directory: {}", dir_fd.error().message));
-  struct stat st {};
-  if (::fstatat(dir_fd->get(), "manifest.json", &st, AT_SYMLINK_NOFOLLOW) == 0)
-    return make_error(
-        Errc::config,
-        fmt::format("{} already holds a run (manifest.json); choose another --out", dir));
+  auto dir_fd = open_new_run_dir(dir, "choose another --out");
+  if (!dir_fd) return dir_fd.error();
   std::unique_ptr<RunDirSink> s(new RunDirSink());
   s->engine_ = &engine;
   s->dir_ = dir;

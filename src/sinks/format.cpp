@@ -1,5 +1,8 @@
 #include "sinks/format.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <cmath>
 
 #include <fmt/format.h>
@@ -66,6 +69,18 @@ void set_manifest_end(nlohmann::json& manifest, double end_wallclock, const RunO
   manifest["ticks"] = ticks;
   manifest["ticks_missed"] = ticks_missed;
   manifest["summary"] = summary;
+}
+
+Result<UniqueFd> open_new_run_dir(const std::string& dir, std::string_view advice) {
+  auto dir_fd = open_output_dir(dir, true);
+  if (!dir_fd)
+    return make_error(dir_fd.error().code,
+                      fmt::format("cannot use run directory: {}", dir_fd.error().message));
+  struct stat st {};
+  if (::fstatat(dir_fd->get(), "manifest.json", &st, AT_SYMLINK_NOFOLLOW) == 0)
+    return make_error(Errc::config,
+                      fmt::format("{} already holds a run (manifest.json); {}", dir, advice));
+  return dir_fd;
 }
 
 }  // namespace sonde

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/engine.hpp"
+#include "core/fs.hpp"
 #include "core/summary.hpp"
 
 namespace sonde {
@@ -27,5 +28,10 @@ nlohmann::json levels_json(const Engine& engine);
 void set_manifest_end(nlohmann::json& manifest, double end_wallclock, const RunOutcome& outcome,
                       bool complete, const nlohmann::json& summary, std::uint64_t ticks,
                       std::uint64_t ticks_missed);
+
+/// Opens (creating it if missing) the directory a new run is written to, with open_output_dir's
+/// rules; a directory that already holds a run (manifest.json) is a configuration error whose
+/// message ends with `advice` (e.g. "choose another --out").
+Result<UniqueFd> open_new_run_dir(const std::string& dir, std::string_view advice);
 
 }  // namespace sonde

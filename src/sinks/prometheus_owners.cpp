@@ -241,6 +241,9 @@ const OwnerUsage& OwnerScanner::scan() {
       r.job = k.job;
       r.cpu_s = static_cast<double>(st->utime_ticks + st->stime_ticks) / clk_tck_;
       r.rss_bytes = st->rss_pages * page_size_;
+      // statm's resident field is exact (stat's rss is per-CPU-batched, see procfs::PidStat).
+      if (auto statm = read_file(dir + "/statm"))
+        if (auto m = procfs::parse_pid_statm(*statm)) r.rss_bytes = m->resident_pages * page_size_;
       records_.push_back(std::move(r));
       seen.emplace(pid, std::move(k));
     }

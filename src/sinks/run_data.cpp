@@ -304,6 +304,20 @@ double json_number(const nlohmann::json& j, const char* key, double fallback) {
   return fallback;
 }
 
+}  // namespace
+
+double level_num_cpus(const nlohmann::json& node, Level level) {
+  const std::string name(level_name(level));
+  if (node.is_object() && node.contains("cpus_per_level") && node["cpus_per_level"].is_object() &&
+      node["cpus_per_level"].contains(name)) {
+    const double n = json_number(node["cpus_per_level"][name], "num_cpus", kNaN);
+    if (std::isfinite(n) && n > 0) return n;
+  }
+  return json_number(node, level == Level::system ? "num_system_cpus" : "num_cpus", kNaN);
+}
+
+namespace {
+
 /// Row range [first, last) of the table inside the wallclock window.
 std::pair<std::size_t, std::size_t> window_rows(const LevelTable& t,
                                                 std::optional<std::pair<double, double>> w) {
@@ -719,8 +733,7 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
   for (const LevelTable& t : run.levels) {
     const auto [first, last] = window_rows(t, window);
     const std::string lname(level_name(t.level));
-    const double cpus = t.level == Level::system ? json_number(node, "num_system_cpus", kNaN)
-                                                 : json_number(node, "num_cpus", kNaN);
+    const double cpus = level_num_cpus(node, t.level);
     double limit_bytes = kNaN;
     if (node.contains("memory_limits") && node["memory_limits"].is_object())
       limit_bytes = json_number(node["memory_limits"], lname.c_str(), kNaN);

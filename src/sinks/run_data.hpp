@@ -59,6 +59,10 @@ inline constexpr std::uint64_t kMaxZipInflateRatio = 100;
 inline constexpr std::uint64_t kZipInflateFloorBytes = 64u << 20;
 inline constexpr std::uint64_t kMaxZipInflatedBytes = 2ull << 30;
 
+/// What 100 % CPU means at `level` in a manifest's node_info: cpus_per_level.<level>.num_cpus,
+/// else (older runs) num_system_cpus for the node and num_cpus for the other levels; NaN if none.
+double level_num_cpus(const nlohmann::json& node, Level level);
+
 /// Reads a run directory. A truncated last line (the run was killed) is skipped; a malformed
 /// file is an error naming the file and line. The run's files are plain names inside `dir`
 /// (manifest `files` naming `/etc/passwd` or `../x` is an error), regular files opened without

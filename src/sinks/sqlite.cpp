@@ -808,16 +808,8 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
 }
 
 Result<void> write_run_dir(const RunData& run, const std::string& dir) {
-  auto dir_fd = open_output_dir(dir, true);
-  if (!dir_fd)
-    return make_error(dir_fd.error().code,
-                      fmt::format("cannot use run directory: {}", dir_fd.error().message));
-  struct stat st {};
-  if (::fstatat(dir_fd->get(), "manifest.json", &st, AT_SYMLINK_NOFOLLOW) == 0)
-    return make_error(Errc::config,
-                      fmt::format("{} already holds a run (manifest.json); choose another "
-                                  "directory",
-                                  dir));
+  auto dir_fd = open_new_run_dir(dir, "choose another directory");
+  if (!dir_fd) return dir_fd.error();
   nlohmann::json manifest = run.manifest;
   nlohmann::json files = nlohmann::json::object();
   std::string text;

@@ -175,8 +175,7 @@ std::string report_data_json(const RunData& run, const ReportOptions& options) {
     limits["memory_limit"] = std::isfinite(mem) && mem > 0 ? nlohmann::json(mem) : nlohmann::json();
     const double gpu = json_number(node, "gpu_memory_gib");
     limits["gpu_memory"] = std::isfinite(gpu) && gpu > 0 ? nlohmann::json(gpu) : nlohmann::json();
-    const double cpus =
-        json_number(node, t.level == Level::system ? "num_system_cpus" : "num_cpus");
+    const double cpus = level_num_cpus(node, t.level);
     limits["cpu_count"] = std::isfinite(cpus) ? nlohmann::json(cpus) : nlohmann::json();
 
     fmt::format_to(std::back_inserter(out), "{{\"level\":\"{}\",\"limits\":{},\"charts\":{},",

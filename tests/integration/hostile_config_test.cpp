@@ -19,26 +19,6 @@
 namespace sonde::test {
 namespace {
 
-constexpr const char* kOtherUser = "sonde-test-other";
-
-struct OtherUser {
-  uid_t uid;
-  gid_t gid;
-};
-
-/// The second user of these tests, created when missing (root only); nullopt when not root.
-std::optional<OtherUser> other_user() {
-  if (::geteuid() != 0) return std::nullopt;
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    if (const struct passwd* pw = ::getpwnam(kOtherUser)) return OtherUser{pw->pw_uid, pw->pw_gid};
-    // Another test may be adding it at the same time (useradd then fails on the lock): retry.
-    run_command({"useradd", "-M", "-r", "-U", "-s", "/usr/sbin/nologin", kOtherUser});
-    if (const struct passwd* pw = ::getpwnam(kOtherUser)) return OtherUser{pw->pw_uid, pw->pw_gid};
-    sleep_for(0.2);
-  }
-  return std::nullopt;
-}
-
 #define REQUIRE_OTHER_USER(var)                      \
   const std::optional<OtherUser> var = other_user(); \
   if (!var) GTEST_SKIP() << "needs root (to create and act as user " << kOtherUser << ")"
@@ -339,13 +319,6 @@ TEST(HostileConfig, PythonCollectorImportsNothingUntrusted) {
 }
 
 // ---- defect 8: a HOME the user cannot read ----
-
-std::vector<std::string> as_user(const OtherUser& u, std::vector<std::string> argv) {
-  std::vector<std::string> out = {"setpriv", "--reuid=" + std::to_string(u.uid),
-                                  "--regid=" + std::to_string(u.gid), "--clear-groups", "--"};
-  out.insert(out.end(), argv.begin(), argv.end());
-  return out;
-}
 
 TEST(HostileConfig, UnreadableHomeIsNotAnError) {
   REQUIRE_OTHER_USER(other);

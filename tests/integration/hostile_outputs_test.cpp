@@ -26,12 +26,9 @@ RunResult sonde(std::vector<std::string> args) {
 
 /// Another user of this machine (made when running as root), or nullopt.
 std::optional<uid_t> other_uid() {
-  if (::geteuid() != 0) return std::nullopt;
-  if (!::getpwnam("sonde-test-other"))
-    (void)std::system("useradd -M -r sonde-test-other >/dev/null 2>&1");
-  const passwd* pw = ::getpwnam("sonde-test-other");
-  if (!pw) return std::nullopt;
-  return pw->pw_uid;
+  const auto u = other_user();
+  if (!u) return std::nullopt;
+  return u->uid;
 }
 
 /// A file that stands for one of root's: what a planted link points at.

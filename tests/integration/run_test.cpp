@@ -1,6 +1,7 @@
 // `sonde run` on workloads with known behaviour: CPU, memory, I/O and children are measured,
 // exit statuses are passed through and signals are forwarded to the program.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <ostream>
@@ -231,6 +232,49 @@ INSTANTIATE_TEST_SUITE_P(Signals, RunForwardsSignal,
                          ::testing::Values(SignalCase{SIGTERM, "TERM"}, SignalCase{SIGINT, "INT"},
                                            SignalCase{SIGHUP, "HUP"}),
                          [](const auto& p) { return std::string(p.param.name); });
+
+}  // namespace
+}  // namespace sonde::test
+
+namespace sonde::test {
+namespace {
+
+// A command that ignores SIGTERM: a second interrupt kills it; sonde never waits forever.
+TEST(Run, SecondInterruptKillsACommandThatIgnoresIt) {
+  const fs::path dir = scratch_dir();
+  BackgroundProcess sonde({sonde_binary(), "run", "--quiet", "--interval", "0.2", "--out",
+                           (dir / "out").string(), "--", "sh", "-c",
+                           "trap '' TERM INT HUP; echo ready; while :; do sleep 0.1; done"});
+  ASSERT_EQ(sonde.read_line(30).value_or(""), "ready") << sonde.err();
+  sonde.signal(SIGTERM);
+  EXPECT_FALSE(sonde.wait(1.0).has_value()) << "sonde ended on the first SIGTERM";
+  sonde.signal(SIGTERM);
+  const auto status = sonde.wait(20);
+  ASSERT_TRUE(status.has_value()) << "sonde still waits for a command that ignores SIGTERM";
+  EXPECT_EQ(*status, 128 + SIGKILL) << sonde.err();
+  EXPECT_NE(sonde.err().find("second interrupt"), std::string::npos) << sonde.err();
+  const nlohmann::json manifest = read_json(run_dir(dir / "out") / "manifest.json");
+  EXPECT_TRUE(manifest.at("complete").get<bool>());
+}
+
+// Another user's process: its I/O cannot be read, and the columns say so (empty, never 0).
+TEST(Record, UnreadableIoOfAnotherUsersProcessIsEmpty) {
+  const auto other = other_user();
+  if (!other) GTEST_SKIP() << "needs root (to act as user " << kOtherUser << ")";
+  const fs::path dir = scratch_dir();
+  ASSERT_EQ(::chown(dir.c_str(), other->uid, other->gid), 0);
+  BackgroundProcess target({workload_binary(), "sleep", "20"});
+  const RunResult r = run_command(as_user(
+      *other,
+      {sonde_binary(), "record", "--quiet", "--pid", std::to_string(target.pid()), "--interval",
+       "0.2", "--duration", "1", "--levels", "process,system", "--out", (dir / "out").string()}));
+  ASSERT_EQ(r.status, 0) << r.describe();
+  EXPECT_NE(r.err.find("not readable (permission denied)"), std::string::npos) << r.err;
+  const CsvTable t = read_csv(run_dir(dir / "out") / "perf_process.csv");
+  ASSERT_GE(t.rows.size(), 3u);
+  for (const char* c : {"io_read", "io_write", "io_read_count", "io_write_count"})
+    EXPECT_EQ(count_nan(t.numbers(c)), t.rows.size()) << c << " must be empty, never 0";
+}
 
 }  // namespace
 }  // namespace sonde::test

@@ -92,22 +92,27 @@ std::vector<std::string> run_invariant_violations(const fs::path& run) {
       if (L.avg.empty() || std::isnan(L.avg[r]) || dt <= 0) continue;
       const double jitter_pct = 100.0 * 2 * tick / dt;  // two clock ticks
       double sum = 0;
+      bool all_cores = true;
       for (std::size_t i = 0; i < L.cores.size(); ++i) {
         const double v = L.cores[i][r];
-        if (std::isnan(v)) continue;
+        if (std::isnan(v)) {
+          all_cores = false;  // a core not measured in this interval (the average is the others')
+          continue;
+        }
         if (v > 100.0 + 1e-6) out.push_back(fmt::format("{}: cpu_util_{} = {} > 100", where, i, v));
         sum += v;
       }
       const double cores_used = L.avg[r] / 100.0 * L.num_cpus;
       const double physical = static_cast<double>(L.cores.empty() ? 0 : L.cores.size());
-      if (physical > 0 && cores_used > physical + jitter_pct / 100.0)
+      if (physical > 0 && all_cores && cores_used > physical + jitter_pct / 100.0)
         out.push_back(
             fmt::format("{}: cpu_util_avg {} % of {} CPUs = {:.3f} cores > the {} "
                         "CPUs the level may use",
                         where, L.avg[r], L.num_cpus, cores_used, physical));
       // Per-core columns add up to the total (the system level's come from /proc/stat, where
       // the average is the mean of the cores).
-      if (!L.cores.empty() && std::abs(sum / 100.0 - cores_used) > 1e-6 + 0.01 * cores_used)
+      if (!L.cores.empty() && all_cores &&
+          std::abs(sum / 100.0 - cores_used) > 1e-6 + 0.01 * cores_used)
         out.push_back(
             fmt::format("{}: per-core columns add up to {:.4f} cores, cpu_util_avg "
                         "says {:.4f}",

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -283,6 +284,25 @@ int BackgroundProcess::kill_and_wait() {
 
 void sleep_for(double seconds) {
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+std::optional<OtherUser> other_user() {
+  if (::geteuid() != 0) return std::nullopt;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (const struct passwd* pw = ::getpwnam(kOtherUser)) return OtherUser{pw->pw_uid, pw->pw_gid};
+    // Another test may be adding it at the same time (useradd then fails on the lock): retry.
+    run_command({"useradd", "-M", "-r", "-U", "-s", "/usr/sbin/nologin", kOtherUser});
+    if (const struct passwd* pw = ::getpwnam(kOtherUser)) return OtherUser{pw->pw_uid, pw->pw_gid};
+    sleep_for(0.2);
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> as_user(const OtherUser& u, std::vector<std::string> argv) {
+  std::vector<std::string> out = {"setpriv", "--reuid=" + std::to_string(u.uid),
+                                  "--regid=" + std::to_string(u.gid), "--clear-groups", "--"};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
 }
 
 fs::path scratch_dir(const std::string& tag) {

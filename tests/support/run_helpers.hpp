@@ -96,6 +96,17 @@ class BackgroundProcess {
   std::optional<int> status_;
 };
 
+/// A second, unprivileged user of this machine (sonde-test-other) for tests of what one user can
+/// do to another; created when missing. nullopt unless the tests run as root.
+struct OtherUser {
+  uid_t uid;
+  gid_t gid;
+};
+inline constexpr const char* kOtherUser = "sonde-test-other";
+std::optional<OtherUser> other_user();
+/// `argv` run as that user (setpriv, no supplementary groups).
+std::vector<std::string> as_user(const OtherUser& u, std::vector<std::string> argv);
+
 /// Sleeps for `seconds`.
 void sleep_for(double seconds);
 
