@@ -38,6 +38,12 @@ struct ProcScanner::Entry {
   std::uint64_t prev_cpu_ticks = 0;
   std::uint64_t prev_child_ticks = 0;
   std::uint64_t prev_cminflt = 0;
+  // Memory: the last exact value (statm) and what tells whether it may have moved.
+  bool statm_valid = false;
+  std::uint64_t rss_bytes = 0;
+  std::uint64_t statm_generation = 0;
+  std::uint64_t prev_faults = 0;
+  std::uint64_t prev_rss_pages = 0;
   std::uint64_t prev_cminflt_growth = 0;  // at this tick's read: the budget for reaped children
   bool prev_io_valid = false;
   procfs::PidIo prev_io;
@@ -61,6 +67,9 @@ struct ProcScanner::Entry {
 };
 
 namespace {
+
+// An idle process's exact memory is re-read at least every this many scans.
+constexpr std::uint64_t kStatmEvery = 8;
 
 bool parse_pid(const char* name, int& pid) {
   const char* end = name + std::strlen(name);
@@ -487,16 +496,29 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
   s.processor = st->processor;
   s.num_threads = st->num_threads;
 
-  // Memory: statm's resident field is exact; stat's rss is a per-CPU-batched approximation.
-  {
+  // Memory: statm's resident field is exact; stat's rss is a per-CPU-batched approximation. A
+  // process whose CPU time, page faults and approximate rss did not move since the last read has
+  // not touched its memory itself: its last exact value stands, re-read every kStatmEvery scans
+  // (what the kernel reclaims from an idle process shows within that).
+  const std::uint64_t faults = st->minflt + st->majflt;
+  const bool statm_due = !e.statm_valid || cpu_ticks != e.prev_cpu_ticks ||
+                         faults != e.prev_faults || st->rss_pages != e.prev_rss_pages ||
+                         generation_ - e.statm_generation >= kStatmEvery || !e.have_prev ||
+                         e.read_generation + 1 != generation_;
+  if (statm_due) {
     const bool keep_m = fds_open_ < fd_budget_;
     if (e.statm_fd < 0 && !keep_m) ++snap_->reopened_per_tick;
     const long m = read_proc(proc_dir_fd_, dir + "/statm", e.statm_fd, keep_m, fds_open_, buf_);
     auto statm =
         m > 0 ? procfs::parse_pid_statm(std::string_view(buf_.data(), static_cast<std::size_t>(m)))
               : Result<procfs::PidStatm>(make_error(Errc::io, "gone"));
-    s.rss_bytes = (statm ? statm->resident_pages : st->rss_pages) * page_size_;
+    e.statm_valid = statm.ok();
+    e.rss_bytes = (statm ? statm->resident_pages : st->rss_pages) * page_size_;
+    e.statm_generation = generation_;
   }
+  s.rss_bytes = e.rss_bytes;
+  e.prev_faults = faults;
+  e.prev_rss_pages = st->rss_pages;
 
   e.prev_cminflt_growth = 0;
   // Deltas only against a read at the previous scan: a pid that was not read then (it was not a

@@ -128,6 +128,9 @@ Result<PidStat> parse_pid_stat(std::string_view text) {
       case 11:
         if (!to_num(tok, st.cminflt)) return fail(field, "cminflt", tok);
         break;
+      case 12:
+        if (!to_num(tok, st.majflt)) return fail(field, "majflt", tok);
+        break;
       case 14:
         if (!to_num(tok, st.utime_ticks)) return fail(field, "utime", tok);
         break;

@@ -20,6 +20,7 @@ struct PidStat {
   int ppid = 0;
   std::uint64_t minflt = 0;   ///< minor page faults of the process (field 10)
   std::uint64_t cminflt = 0;  ///< of its waited-for children (field 11): grows when it reaps one
+  std::uint64_t majflt = 0;   ///< major page faults (field 12)
   std::uint64_t utime_ticks = 0;
   std::uint64_t stime_ticks = 0;
   std::uint64_t cutime_ticks = 0;  ///< waited-for children's user time

@@ -357,3 +357,40 @@ TEST(ProcScanner, RealProcFindsItselfAndChildren) {
 
 }  // namespace
 }  // namespace sonde
+
+namespace sonde {
+namespace {
+
+// Memory is statm's exact value; an idle process's is re-read at least every 8 scans, and at once
+// when its CPU time, page faults or approximate rss move.
+TEST(ProcScannerMemory, ExactValueFollowsActivityAndIsRefreshedWhenIdle) {
+  FakeProc proc;
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  proc.write({.pid = 100, .ppid = 1, .comm = "p", .uid = 7, .rss_pages = 10, .statm_resident = 12});
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, {.pid = 100, .uid = 7},
+                      {true, false, false, true}, {});
+  EXPECT_EQ(find(scanner.scan(1.0), 100)->rss_bytes, 12 * page);  // statm, not stat's rss
+  // It touched memory: faults moved.
+  proc.write({.pid = 100,
+              .ppid = 1,
+              .comm = "p",
+              .uid = 7,
+              .rss_pages = 10,
+              .minflt = 150,
+              .statm_resident = 40});
+  EXPECT_EQ(find(scanner.scan(2.0), 100)->rss_bytes, 40 * page);
+  // Idle, and the kernel reclaimed pages: seen within 8 scans.
+  proc.write({.pid = 100,
+              .ppid = 1,
+              .comm = "p",
+              .uid = 7,
+              .rss_pages = 10,
+              .minflt = 150,
+              .statm_resident = 30});
+  std::uint64_t last = 0;
+  for (int i = 0; i < 8; ++i) last = find(scanner.scan(3.0 + i), 100)->rss_bytes;
+  EXPECT_EQ(last, 30 * page);
+}
+
+}  // namespace
+}  // namespace sonde
