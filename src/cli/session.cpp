@@ -303,6 +303,14 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
       k = due;
       next = t0 + static_cast<double>(k) * interval;
     }
+    // A tick that started late leaves less than an interval before the next slot: a slot closer
+    // than a quarter of the interval to it is skipped (counted as missed), so that no row's rates
+    // are taken over a sliver of time.
+    while (last_tick_s >= 0 && next - last_tick_s < interval / 4) {
+      ++k;
+      ++missed;
+      next = t0 + static_cast<double>(k) * interval;
+    }
     if (so.duration_s && next - t0 > *so.duration_s + 1e-9) break;
 
     // Wait for the slot, a signal, the target's exit or a closed stdout.
