@@ -44,7 +44,11 @@ bool JsonStreamSink::ready(const Engine& engine) {
   j["memory_limits"] = limits;
   j["cpu_handles"] = n.cpu_handles;
   j["levels"] = levels_json(engine);
-  j["columns_by_level"] = columns_by_level_json(engine);
+  // Every sample carries `time`: JUmPER builds its empty views from this schema and warns when
+  // `time` is missing from it.
+  nlohmann::json columns = columns_by_level_json(engine);
+  for (auto& [level, names] : columns.items()) names.insert(names.begin(), "time");
+  j["columns_by_level"] = std::move(columns);
   j["interval"] = engine.interval_s();
   j["node_info"] = node_info_json(engine);
   return emit(j.dump() + "\n");
@@ -52,7 +56,9 @@ bool JsonStreamSink::ready(const Engine& engine) {
 
 void JsonStreamSink::error(int fd, const std::string& message) {
   JsonStreamSink s(fd);
-  (void)s.emit(nlohmann::json{{"status", "error"}, {"message", message}}.dump() + "\n");
+  // JUmPER reads `error`; `message` is kept for earlier sonde clients.
+  (void)s.emit(
+      nlohmann::json{{"status", "error"}, {"error", message}, {"message", message}}.dump() + "\n");
 }
 
 bool JsonStreamSink::write(const Engine& engine, const Engine::Tick& tick) {
