@@ -224,19 +224,17 @@ class CpuCollector final : public Collector {
       placed.assign(slots_, 0.0);
       std::vector<double> want = with_carry(raw(l, ctx), l);
       const auto& index = handle_index_[li];
-      double moved = 0;
+      // The process level's time is part of this level's want: taken off it core by core, and
+      // what the process level placed on another core than this level would have (moved by the
+      // caps, or a carry) is taken off the rest of the want.
+      double owed = 0;
       for (std::size_t j = 0; j < slots_; ++j) {
         if (index[j] < 0) continue;
         placed[j] = process[j];
         const double take = std::min(want[j], process[j]);
         want[j] -= take;
-        moved += take;
+        owed += process[j] - take;
       }
-      // What the process level placed outside this level's set (never, as sets go) or placed
-      // elsewhere than this level would have: taken from the rest of the want.
-      double owed = 0;
-      for (std::size_t j = 0; j < slots_; ++j) owed += index[j] >= 0 ? process[j] : 0;
-      owed -= moved;
       for (std::size_t j = 0; j < slots_ && owed > 0; ++j) {
         const double take = std::min(want[j], owed);
         want[j] -= take;

@@ -44,7 +44,6 @@ struct ProcScanner::Entry {
   std::uint64_t statm_generation = 0;
   std::uint64_t prev_faults = 0;
   std::uint64_t prev_rss_pages = 0;
-  std::uint64_t prev_cminflt_growth = 0;  // at this tick's read: the budget for reaped children
   bool prev_io_valid = false;
   procfs::PidIo prev_io;
   // What is known of it: its totals at the last read, or when discovered (0 when born since).
@@ -351,11 +350,8 @@ void ProcScanner::match_vanished() {
     }
   }
   std::unordered_map<int, std::uint64_t> budget;  // pid → cminflt growth not yet explained
-  for (const PidSample& p : snap_->pids) {
-    auto e = entries_.find(p.pid);
-    if (e != entries_.end() && e->second->prev_cminflt_growth > 0)
-      budget.emplace(p.pid, e->second->prev_cminflt_growth);
-  }
+  for (const PidSample& p : snap_->pids)
+    if (p.child_faults_delta > 0) budget.emplace(p.pid, p.child_faults_delta);
   std::size_t kept = 0;
   for (Pending& p : pending_) {
     auto b = budget.find(p.pid.ppid);
@@ -520,7 +516,6 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
   e.prev_faults = faults;
   e.prev_rss_pages = st->rss_pages;
 
-  e.prev_cminflt_growth = 0;
   // Deltas only against a read at the previous scan: a pid that was not read then (it was not a
   // member) takes this read as its baseline.
   if (e.have_prev && e.read_generation + 1 != generation_) e.have_prev = false;
@@ -532,11 +527,11 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
         static_cast<double>(child_ticks > e.prev_child_ticks ? child_ticks - e.prev_child_ticks
                                                              : 0) /
         clk_tck_;
-    e.prev_cminflt_growth = st->cminflt > e.prev_cminflt ? st->cminflt - e.prev_cminflt : 0;
+    s.child_faults_delta = st->cminflt > e.prev_cminflt ? st->cminflt - e.prev_cminflt : 0;
   } else if (e.count_full_life) {
     s.cpu_delta_s = s.cpu_s;
     s.child_cpu_delta_s = s.child_cpu_s;
-    e.prev_cminflt_growth = st->cminflt;
+    s.child_faults_delta = st->cminflt;
   }
 
   s.io_denied = e.io_denied;

@@ -47,6 +47,9 @@ struct PidSample {
   double child_cpu_s = 0;             ///< cutime + cstime (waited-for children), seconds
   double cpu_delta_s = 0;        ///< own CPU since the previous tick (whole life if born since)
   double child_cpu_delta_s = 0;  ///< growth of child_cpu_s since the previous tick
+  /// Growth of cminflt since the previous tick: the reaped children's fault counts, which tell
+  /// which vanished children this pid reaped (see VanishedPid).
+  std::uint64_t child_faults_delta = 0;
   /// CPU of children reaped in this interval that no earlier tick counted: child_cpu_delta_s less
   /// what sonde already knew of the reaped children (their last-read totals, or their totals when
   /// first seen). Never negative.

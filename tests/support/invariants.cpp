@@ -69,14 +69,17 @@ std::vector<std::string> run_invariant_violations(const fs::path& run) {
     }
     if (L.table.has_column("cpu_util_avg")) L.avg = L.table.numbers("cpu_util_avg");
     if (L.table.has_column("memory")) L.memory = L.table.numbers("memory");
+    // The built-in columns, each parsed once.
+    std::vector<std::pair<std::string, std::vector<double>>> builtin;
+    for (const auto& c : L.table.header)
+      if (builtin_column(c)) builtin.emplace_back(c, L.table.numbers(c));
 
     // Per row, within the level.
     for (std::size_t r = 0; r < L.table.rows.size(); ++r) {
       const std::string where =
           fmt::format("{} row {} (time {})", csv.filename().string(), r + 2, L.time[r]);
-      for (const auto& c : L.table.header) {
-        if (!builtin_column(c)) continue;
-        const double v = L.table.numbers(c)[r];
+      for (const auto& [c, values] : builtin) {
+        const double v = values[r];
         if (!std::isnan(v) && v < -1e-9) out.push_back(fmt::format("{}: {} = {} < 0", where, c, v));
       }
       const double dt = r > 0 ? L.time[r] - L.time[r - 1] : interval;
