@@ -2,9 +2,10 @@
 //
 // A Monitor owns one Engine built exactly as the CLI builds it (layered configuration, plugin
 // discovery, the registry of built-ins and plugin factories) for a target process, and samples it
-// on its own std::thread on an absolute monotonic schedule. The sampling thread never touches a
-// Python object and never takes the GIL; rows are buffered in C++ under a mutex and copied out
-// into numpy arrays on request. Long calls (engine creation, start, stop, copies) release the GIL.
+// on its own std::thread with the Sampler (src/core/sampler.hpp: absolute monotonic schedule,
+// missed slots counted). The sampling thread never touches a Python object and never takes the
+// GIL; its Sink buffers rows in C++ under a mutex, copied out into numpy arrays on request. Long
+// calls (engine creation, start, stop, copies) release the GIL.
 #include <pthread.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -14,7 +15,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -26,11 +26,13 @@
 
 #include <fmt/format.h>
 
-#include "cli/commands.hpp"
 #include "core/engine.hpp"
+#include "core/sampler.hpp"
+#include "core/setup.hpp"
 #include "plugins/plugins.hpp"
 #include "sinks/format.hpp"
 #include "sinks/run_data.hpp"
+#include "sinks/sink.hpp"
 
 namespace py = pybind11;
 
@@ -58,6 +60,7 @@ class Monitor {
       py::gil_scoped_release release;
       build(pid, interval_s, levels, config_file, warnings);
     }
+    buffer_.add(std::make_unique<Buffer>(*this));
     std::lock_guard<std::mutex> lock(mutex_);
     warnings_.insert(warnings_.begin(), warnings.begin(), warnings.end());
   }
@@ -69,12 +72,9 @@ class Monitor {
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(control_);
     if (thread_.joinable()) return;
-    {
-      std::lock_guard<std::mutex> l(mutex_);
-      stop_requested_ = false;
-    }
+    sampler_ = std::make_unique<Sampler>(*engine_, SamplerOptions{}, nullptr);
     running_ = true;
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] { sampler_->run(buffer_); });
   }
 
   void stop() {
@@ -141,10 +141,10 @@ class Monitor {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ticks = ticks_;
-      missed = missed_;
       busy = busy_s_;
       cpu = thread_cpu_total_s_;
     }
+    missed = missed_total();
     if (running_) {
       std::lock_guard<std::mutex> lock(control_);
       cpu += thread_cpu_s(thread_);
@@ -216,11 +216,11 @@ class Monitor {
     }
     std::vector<Level> levels;
     if (!levels_text.empty()) {
-      auto parsed = cli::parse_levels(levels_text);
+      auto parsed = parse_levels(levels_text);
       if (!parsed) throw py::value_error(parsed.error().message);
       levels = *parsed;
     }
-    const Roots roots = cli::roots_from_env();
+    const Roots roots = roots_from_env();
     auto target = discover_target(roots, pid);
     if (!target)
       throw std::runtime_error(
@@ -234,7 +234,9 @@ class Monitor {
       std::lock_guard<std::mutex> lock(mutex_);
       if (warnings_.size() < 100) warnings_.push_back(m);
     };
-    registry_ = cli::make_registry();
+    // The registry of every collector target, as the CLI's: built-ins and the plugin factories.
+    register_builtin_collectors(registry_);
+    plugins::register_plugin_factories(registry_);
     auto engine = Engine::create(*cfg, eo, registry_);
     if (!engine) {
       if (engine.error().code == Errc::config) throw py::value_error(engine.error().message);
@@ -264,9 +266,9 @@ class Monitor {
     for (Level l : engine_->levels())
       files[std::string(level_name(l))] = fmt::format("perf_{}.csv", level_name(l));
     m["files"] = files;
+    m["ticks_missed"] = missed_total();
     std::lock_guard<std::mutex> lock(mutex_);
     m["ticks"] = ticks_;
-    m["ticks_missed"] = missed_;
     return m;
   }
 
@@ -293,59 +295,48 @@ class Monitor {
   void stop_thread() {
     std::lock_guard<std::mutex> lock(control_);
     if (!thread_.joinable()) return;
-    {
-      std::lock_guard<std::mutex> l(mutex_);
-      stop_requested_ = true;
-    }
-    wake_.notify_all();
+    sampler_->request_stop();
     const double cpu = thread_cpu_s(thread_);
     thread_.join();
     {
       std::lock_guard<std::mutex> l(mutex_);
       thread_cpu_total_s_ += cpu;
     }
+    missed_before_.fetch_add(sampler_->missed());
+    sampler_.reset();
     running_ = false;
   }
 
-  // The sampling thread: no Python here.
-  void loop() {
-    using clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC, as the engine's clocks
-    const auto interval = std::chrono::duration_cast<clock::duration>(
-        std::chrono::duration<double>(engine_->interval_s()));
-    const auto t0 = clock::now();
-    std::uint64_t k = 0;
-    for (;;) {
-      const double before = monotonic_now();
-      const Engine::Tick& tick = engine_->tick();
-      const double spent = monotonic_now() - before;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (Level l : engine_->levels()) {
-          auto& buf = buffers_[level_index(l)];
-          buf.push_back(tick.ctx.time_s);
-          buf.push_back(tick.ctx.wallclock_s);
-          const auto& row = tick.rows[level_index(l)];
-          buf.insert(buf.end(), row.begin(), row.end());
-        }
-        ++ticks_;
-        busy_s_ += spent;
-        copy_collector_status();
-      }
-      // Next slot on the absolute schedule; slots that passed while sampling are counted.
-      ++k;
-      auto next = t0 + interval * static_cast<long>(k);
-      const auto now = clock::now();
-      if (now >= next) {
-        const auto due = static_cast<std::uint64_t>((now - t0) / interval) + 1;
-        std::lock_guard<std::mutex> lock(mutex_);
-        missed_ += due - k;
-        k = due;
-        next = t0 + interval * static_cast<long>(k);
-      }
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (wake_.wait_until(lock, next, [this] { return stop_requested_; })) return;
-    }
+  /// Slots missed by every run of the sampler (any thread).
+  std::uint64_t missed_total() const {
+    std::lock_guard<std::mutex> lock(control_);
+    return missed_before_.load() + (sampler_ ? sampler_->missed() : 0);
   }
+
+  /// The Python buffer: the sampling thread's Sink (no Python here).
+  class Buffer final : public Sink {
+   public:
+    explicit Buffer(Monitor& m) : m_(m) {}
+    std::string name() const override { return "the Monitor's buffer"; }
+    SinkStatus write(const Engine::Tick& tick) override {
+      const double spent = monotonic_now() - tick.ctx.time_s;
+      std::lock_guard<std::mutex> lock(m_.mutex_);
+      for (Level l : m_.engine_->levels()) {
+        auto& buf = m_.buffers_[level_index(l)];
+        buf.push_back(tick.ctx.time_s);
+        buf.push_back(tick.ctx.wallclock_s);
+        const auto& row = tick.rows[level_index(l)];
+        buf.insert(buf.end(), row.begin(), row.end());
+      }
+      ++m_.ticks_;
+      m_.busy_s_ += spent;
+      m_.copy_collector_status();
+      return SinkStatus::ok;
+    }
+
+   private:
+    Monitor& m_;
+  };
 
   // What stats() shows of each collector, copied by the sampling thread after each tick (the
   // engine's slots are not read from another thread while it samples).
@@ -375,15 +366,16 @@ class Monitor {
   std::vector<std::string> config_sources_;
   double start_wallclock_ = 0;
 
-  mutable std::mutex control_;  // start/stop
+  mutable std::mutex control_;  // start/stop, sampler_
+  std::unique_ptr<Sampler> sampler_;
   std::thread thread_;
   std::atomic<bool> running_{false};
+  std::atomic<std::uint64_t> missed_before_{0};  // by the sampler's earlier runs
+  SinkSet buffer_;
 
   mutable std::mutex mutex_;  // everything below
-  std::condition_variable wake_;
-  bool stop_requested_ = false;
   std::array<std::vector<double>, kNumLevels> buffers_;
-  std::uint64_t ticks_ = 0, missed_ = 0;
+  std::uint64_t ticks_ = 0;
   double busy_s_ = 0;
   double thread_cpu_total_s_ = 0;
   std::vector<std::string> warnings_;

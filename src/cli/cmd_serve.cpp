@@ -1,11 +1,9 @@
-// sonde serve: samples the node on its own interval (main thread, absolute schedule, signalfd)
-// and serves the last tick at /metrics over HTTP (src/http: one thread, one epoll loop, bounded
-// connections and deadlines). Each tick renders both exposition formats once; a scrape only copies
-// a shared pointer.
-#include <poll.h>
+// sonde serve: samples the node on its own interval (the Sampler on the main thread) and serves
+// the last tick at /metrics over HTTP (src/http: one thread, one epoll loop, bounded connections
+// and deadlines). Each tick renders both exposition formats once (PrometheusSink); a scrape only
+// copies a shared pointer.
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -21,18 +19,15 @@
 
 #include "cli/commands.hpp"
 #include "core/gzip.hpp"
+#include "core/sampler.hpp"
 #include "http/server.hpp"
 #include "sinks/prometheus.hpp"
 #include "sinks/prometheus_owners.hpp"
+#include "sinks/prometheus_sink.hpp"
+#include "sinks/sink.hpp"
 
 namespace sonde::cli {
 namespace {
-
-/// The two renderings of one tick.
-struct Page {
-  std::string prometheus;
-  std::string openmetrics;  ///< without "# EOF"
-};
 
 bool accepts_gzip(std::string_view accept_encoding) {
   return accept_encoding.find("gzip") != std::string::npos;
@@ -130,43 +125,25 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
 
   // Signals are blocked before any thread starts, so every thread inherits the mask and only the
   // signalfd sees them.
-  sigset_t handled, original;
-  sigemptyset(&handled);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, s);
-  ::pthread_sigmask(SIG_BLOCK, &handled, &original);
-  ::signal(SIGPIPE, SIG_IGN);
-  const int sig_fd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  SignalGuard signals(/*with_sigchld=*/false);
 
-  prom::Exporter exporter(engine, {.per_user = so.per_user, .per_job = so.per_job});
   std::unique_ptr<prom::OwnerScanner> owners;
   if (so.per_user || so.per_job)
     owners = std::make_unique<prom::OwnerScanner>(eo.roots, so.per_user, so.per_job,
                                                   static_cast<std::size_t>(so.max_series));
-
-  std::mutex page_mutex;
-  std::shared_ptr<const Page> page;
+  SinkSet sinks;
+  auto exporter = std::make_unique<prom::PrometheusSink>(
+      engine, prom::ExporterOptions{.per_user = so.per_user, .per_job = so.per_job},
+      std::move(owners));
+  const prom::PrometheusSink& pages = *exporter;
+  sinks.add(std::move(exporter));
   std::atomic<std::uint64_t> scrapes{0};
-
-  auto sample = [&] {
-    const double t0 = monotonic_now();
-    const auto& tick = engine.tick();
-    const prom::OwnerUsage* usage = owners ? &owners->scan() : nullptr;
-    exporter.update(engine, tick, monotonic_now() - t0, usage);
-    auto next = std::make_shared<Page>();
-    prom::render(exporter.families(), prom::Format::prometheus, next->prometheus);
-    prom::render(exporter.families(), prom::Format::openmetrics, next->openmetrics);
-    std::lock_guard lock(page_mutex);
-    page = std::move(next);
-  };
-  sample();
+  // The first tick, before the server answers: a scrape always finds a page.
+  sinks.on_sample(engine.tick());
 
   // The page of one scrape: the cached tick plus the exporter's own counters.
   const auto metrics = [&](const http::Request& req, const http::ServerStats* stats) {
-    std::shared_ptr<const Page> p;
-    {
-      std::lock_guard lock(page_mutex);
-      p = page;
-    }
+    const std::shared_ptr<const prom::Page> p = pages.page();
     const std::uint64_t n = scrapes.fetch_add(1, std::memory_order_relaxed) + 1;
     const bool om = prom::negotiate(req.header("accept")) == prom::Format::openmetrics;
     const std::string& cached = om ? p->openmetrics : p->prometheus;
@@ -225,8 +202,6 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   if (!server_r) {
     print_error(fmt::format("--listen {}: cannot listen on {} port {}: {}", so.listen, host,
                             port_wanted, server_r.error().message));
-    if (sig_fd >= 0) ::close(sig_fd);
-    ::pthread_sigmask(SIG_SETMASK, &original, nullptr);
     return kExitFailure;
   }
   http::Server& server = **server_r;
@@ -248,38 +223,12 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
     if (auto r = server.run(); !r) print_error(fmt::format("sonde serve: {}", r.error().message));
   });
 
-  // Sampling on an absolute schedule until SIGINT/SIGTERM/SIGHUP.
-  const double interval = engine.interval_s();
-  const double t0 = monotonic_now();
-  std::uint64_t k = 0;
-  bool stop = false;
-  while (!stop) {
-    ++k;
-    double next = t0 + static_cast<double>(k) * interval;
-    const double now = monotonic_now();
-    if (now >= next) {  // slots missed while sampling are skipped
-      k = static_cast<std::uint64_t>(std::floor((now - t0) / interval)) + 1;
-      next = t0 + static_cast<double>(k) * interval;
-    }
-    while (!stop) {
-      pollfd fd{sig_fd, POLLIN, 0};
-      const timespec ts = to_timespec(next - monotonic_now());
-      const int r = ::ppoll(&fd, 1, &ts, nullptr);
-      if (r == 0) break;
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) {
-        stop = true;
-        break;
-      }
-      signalfd_siginfo si{};
-      while (::read(sig_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) stop = true;
-    }
-    if (!stop) sample();
-  }
+  // Sampling on an absolute schedule (from the first tick) until SIGINT/SIGTERM/SIGHUP.
+  SamplerOptions sampling;
+  sampling.primed = true;
+  Sampler(engine, sampling, &signals).run(sinks);
   server.stop();
   http.join();
-  if (sig_fd >= 0) ::close(sig_fd);
-  ::pthread_sigmask(SIG_SETMASK, &original, nullptr);
   return kExitOk;
 }
 

@@ -33,7 +33,7 @@ namespace {
 
 std::atomic<bool> g_quit{false};
 std::atomic<bool> g_resized{false};
-int g_wake_pipe[2] = {-1, -1};
+std::atomic<int> g_wake_fd{-1};  // the write end of watch()'s wake pipe, for the handler
 
 void on_signal(int sig) {
   if (sig == SIGWINCH)
@@ -41,9 +41,9 @@ void on_signal(int sig) {
   else
     g_quit = true;
   const int saved = errno;
-  if (g_wake_pipe[1] >= 0) {
+  if (const int fd = g_wake_fd.load(); fd >= 0) {
     const char b = 1;
-    [[maybe_unused]] auto n = ::write(g_wake_pipe[1], &b, 1);
+    [[maybe_unused]] auto n = ::write(fd, &b, 1);
   }
   errno = saved;
 }
@@ -96,10 +96,13 @@ std::string fit_columns(const std::string& line, int cols) {
 /// way out. Elsewhere: frames one after another.
 int watch(double interval_s, const std::function<std::string()>& render) {
   const bool tty = ::isatty(STDOUT_FILENO) == 1;
-  if (::pipe(g_wake_pipe) != 0) {
+  int pipe_fds[2] = {-1, -1};
+  if (::pipe(pipe_fds) != 0) {
     print_error(fmt::format("watch: pipe: {}", std::strerror(errno)));
     return kExitFailure;
   }
+  const UniqueFd wake_read(pipe_fds[0]), wake_write(pipe_fds[1]);
+  g_wake_fd = wake_write.get();
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -153,12 +156,12 @@ int watch(double interval_s, const std::function<std::string()>& render) {
                             .count();
       if (left <= 0) break;
       struct pollfd pfd {
-        g_wake_pipe[0], POLLIN, 0
+        wake_read.get(), POLLIN, 0
       };
       const int rc = ::poll(&pfd, 1, static_cast<int>(left));
       if (rc > 0) {
         char buf[64];
-        [[maybe_unused]] auto n = ::read(g_wake_pipe[0], buf, sizeof buf);
+        [[maybe_unused]] auto n = ::read(wake_read.get(), buf, sizeof buf);
       }
       if (g_resized.exchange(false) && !g_quit) draw();  // same data, new size
     }
@@ -168,9 +171,7 @@ int watch(double interval_s, const std::function<std::string()>& render) {
   ::sigaction(SIGTERM, &old_term, nullptr);
   ::sigaction(SIGHUP, &old_hup, nullptr);
   ::sigaction(SIGWINCH, &old_winch, nullptr);
-  ::close(g_wake_pipe[0]);
-  ::close(g_wake_pipe[1]);
-  g_wake_pipe[0] = g_wake_pipe[1] = -1;
+  g_wake_fd = -1;
   return status;
 }
 

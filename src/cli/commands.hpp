@@ -11,6 +11,7 @@
 #include "core/engine.hpp"
 #include "core/fs.hpp"
 #include "core/level.hpp"
+#include "core/setup.hpp"
 #include "views/report_charts.hpp"
 
 namespace sonde::cli {
@@ -38,10 +39,6 @@ inline constexpr int kExitUsage = 2;  ///< malformed configuration or flags; not
 /// Loads the layered configuration and applies the flags; prints the error and returns nullopt
 /// on bad input.
 std::optional<Config> load(const CommonOptions& common);
-/// Parses "process,user" (unknown names and duplicates are errors).
-Result<std::vector<Level>> parse_levels(const std::string& text);
-/// Roots from $SONDE_PROC_ROOT / $SONDE_SYS_ROOT (for tests), else /proc and /sys.
-Roots roots_from_env();
 void print_error(const std::string& message);
 /// The registry of every collector target: built-ins and the plugin factories.
 Registry make_registry();

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/pid_reads.hpp"
+
 namespace sonde {
 
 struct ProcScanner::Entry {
@@ -196,6 +198,44 @@ ProcScanner::Pending ProcScanner::pending_of(int pid, const Entry& e) const {
   return p;
 }
 
+void list_pids(const std::string& proc_root, std::vector<int>& out) {
+  out.clear();
+  if (DIR* d = ::opendir(proc_root.c_str())) {
+    while (dirent* de = ::readdir(d)) {
+      int pid = 0;
+      if (de->d_name[0] >= '1' && de->d_name[0] <= '9' && parse_pid(de->d_name, pid))
+        out.push_back(pid);
+    }
+    ::closedir(d);
+  }
+}
+
+std::optional<PidReading> read_pid(const std::string& proc_root, int pid) {
+  const std::string dir = proc_root + "/" + std::to_string(pid);
+  auto text = read_file(dir + "/stat");
+  if (!text) return std::nullopt;
+  auto st = procfs::parse_pid_stat(*text);
+  if (!st) return std::nullopt;
+  static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  PidReading r;
+  r.starttime_ticks = st->starttime_ticks;
+  r.cpu_ticks = st->utime_ticks + st->stime_ticks;
+  r.rss_bytes = st->rss_pages * page;
+  // statm's resident field is exact (stat's rss is per-CPU-batched, see procfs::PidStat).
+  if (auto statm = read_file(dir + "/statm"))
+    if (auto m = procfs::parse_pid_statm(*statm)) r.rss_bytes = m->resident_pages * page;
+  r.comm = std::move(st->comm);
+  return r;
+}
+
+std::optional<std::uint32_t> read_pid_uid(const std::string& proc_root, int pid) {
+  auto text = read_file(proc_root + "/" + std::to_string(pid) + "/status");
+  if (!text) return std::nullopt;
+  auto parsed = procfs::parse_pid_status(*text);
+  if (!parsed) return std::nullopt;
+  return parsed->uid_real;
+}
+
 const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   ++generation_;
   const bool first_scan = prev_boottime_s_ < 0;
@@ -211,15 +251,7 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   if (discover_now) {
     // 1. List the pids. The directory is reopened each tick: procfs directory offsets are pid-based
     // and rewinding works, but a fresh open is as cheap and robust to a remounted root.
-    listing_.clear();
-    if (DIR* d = ::opendir(roots_.proc.c_str())) {
-      while (dirent* de = ::readdir(d)) {
-        int pid = 0;
-        if (de->d_name[0] >= '1' && de->d_name[0] <= '9' && parse_pid(de->d_name, pid))
-          listing_.push_back(pid);
-      }
-      ::closedir(d);
-    }
+    list_pids(roots_.proc, listing_);
     total_pids_ = listing_.size();
 
     // 2. Discover new pids (read their stat once, and status/environ when a level needs them).

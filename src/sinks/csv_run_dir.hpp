@@ -36,6 +36,8 @@ class RunDirSink {
   /// Sets a manifest key and rewrites the manifest.
   void update(const std::string& key, nlohmann::json value);
   const std::string& dir() const { return dir_; }
+  /// A write failed (reported once): later rows are dropped.
+  bool failed() const { return failed_; }
   /// Chooses a new directory under `parent` named after the time and the command.
   static std::string default_dir(const std::string& parent,
                                  const std::vector<std::string>& command);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 
+#include "core/pid_reads.hpp"
 #include "core/procfs.hpp"
 
 namespace sonde::prom {
@@ -189,7 +190,6 @@ const OwnerUsage& OwnerAggregator::update(
 OwnerScanner::OwnerScanner(Roots roots, bool users, bool jobs, std::size_t max_series)
     : roots_(std::move(roots)), jobs_(jobs), aggregator_(users, jobs, max_series) {
   clk_tck_ = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  page_size_ = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
 std::string OwnerScanner::user_name(std::uint32_t uid) {
@@ -207,46 +207,34 @@ std::string OwnerScanner::user_name(std::uint32_t uid) {
 
 const OwnerUsage& OwnerScanner::scan() {
   if (jobs_) slurm_cgroups_ = node_has_slurm_cgroups(roots_);
-  auto listing = list_dir(roots_.proc);
+  list_pids(roots_.proc, listing_);
   records_.clear();
   std::unordered_map<int, Known> seen;
-  if (listing) {
-    seen.reserve(listing->size());
-    for (const std::string& name : *listing) {
-      int pid = 0;
-      auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
-      if (ec != std::errc() || p != name.data() + name.size() || pid <= 0) continue;
-      const std::string dir = roots_.proc + "/" + name;
-      auto stat_text = read_file(dir + "/stat");
-      if (!stat_text) continue;
-      auto st = procfs::parse_pid_stat(*stat_text);
-      if (!st) continue;
-      Known k;
-      auto it = known_.find(pid);
-      if (it != known_.end() && it->second.starttime_ticks == st->starttime_ticks) {
-        k = it->second;
-      } else {
-        auto status = read_file(dir + "/status");
-        if (!status) continue;
-        auto parsed = procfs::parse_pid_status(*status);
-        if (!parsed) continue;
-        k.starttime_ticks = st->starttime_ticks;
-        k.uid = parsed->uid_real;
-        if (jobs_) k.job = slurm_job_of_process(dir, slurm_cgroups_).job;
-      }
-      PidRecord r;
-      r.pid = pid;
-      r.starttime_ticks = k.starttime_ticks;
-      r.uid = k.uid;
-      r.job = k.job;
-      r.cpu_s = static_cast<double>(st->utime_ticks + st->stime_ticks) / clk_tck_;
-      r.rss_bytes = st->rss_pages * page_size_;
-      // statm's resident field is exact (stat's rss is per-CPU-batched, see procfs::PidStat).
-      if (auto statm = read_file(dir + "/statm"))
-        if (auto m = procfs::parse_pid_statm(*statm)) r.rss_bytes = m->resident_pages * page_size_;
-      records_.push_back(std::move(r));
-      seen.emplace(pid, std::move(k));
+  seen.reserve(listing_.size());
+  for (const int pid : listing_) {
+    auto st = read_pid(roots_.proc, pid);
+    if (!st) continue;
+    Known k;
+    auto it = known_.find(pid);
+    if (it != known_.end() && it->second.starttime_ticks == st->starttime_ticks) {
+      k = it->second;
+    } else {
+      auto uid = read_pid_uid(roots_.proc, pid);
+      if (!uid) continue;
+      k.starttime_ticks = st->starttime_ticks;
+      k.uid = *uid;
+      if (jobs_)
+        k.job = slurm_job_of_process(roots_.proc + "/" + std::to_string(pid), slurm_cgroups_).job;
     }
+    PidRecord r;
+    r.pid = pid;
+    r.starttime_ticks = k.starttime_ticks;
+    r.uid = k.uid;
+    r.job = k.job;
+    r.cpu_s = static_cast<double>(st->cpu_ticks) / clk_tck_;
+    r.rss_bytes = st->rss_bytes;
+    records_.push_back(std::move(r));
+    seen.emplace(pid, std::move(k));
   }
   known_ = std::move(seen);
   return aggregator_.update(records_, [this](std::uint32_t uid) { return user_name(uid); });

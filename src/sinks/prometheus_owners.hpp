@@ -1,6 +1,6 @@
 #pragma once
 // Per-user and per-Slurm-job usage for `sonde serve --per-user/--per-job`. The engine's levels
-// are relative to one target, so these come from their own scan of every pid on the node: CPU
+// are relative to one target, so these come from a scan of every pid on the node: CPU
 // seconds (a counter accumulated from per-pid deltas), resident memory and process counts per
 // uid and per job, with a cap on the number of label values.
 #include <cstdint>
@@ -73,8 +73,8 @@ class OwnerAggregator {
   OwnerUsage usage_;
 };
 
-/// Reads every pid under `roots.proc` each scan: stat each time, status (uid) and the Slurm job
-/// (slurm_job_of_process) once per pid.
+/// Reads every pid under `roots.proc` each scan (list_pids/read_pid): stat and statm
+/// each time, status (uid) and the Slurm job (slurm_job_of_process) once per pid.
 class OwnerScanner {
  public:
   OwnerScanner(Roots roots, bool users, bool jobs, std::size_t max_series);
@@ -94,9 +94,9 @@ class OwnerScanner {
   OwnerAggregator aggregator_;
   std::unordered_map<int, Known> known_;
   std::unordered_map<std::uint32_t, std::string> names_;
+  std::vector<int> listing_;
   std::vector<PidRecord> records_;
   double clk_tck_;
-  std::uint64_t page_size_;
 };
 
 /// The Slurm job id in /proc/<pid>/cgroup text when the process is in a job cgroup that

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/fs.hpp"
+#include "core/pid_reads.hpp"
 #include "core/procfs.hpp"
 #include "plugins/status_hooks.hpp"
 
@@ -54,9 +55,7 @@ std::string user_name(std::uint32_t uid) {
 ProcInfo read_proc_info(const std::string& proc_root, int pid) {
   ProcInfo info;
   const std::string dir = fmt::format("{}/{}", proc_root, pid);
-  if (auto st = read_file(dir + "/status")) {
-    if (auto parsed = procfs::parse_pid_status(*st)) info.user = user_name(parsed->uid_real);
-  }
+  if (auto uid = read_pid_uid(proc_root, pid)) info.user = user_name(*uid);
   if (auto cmd = read_file(dir + "/cmdline"); cmd && !cmd->empty()) {
     std::size_t start = 0;
     while (start < cmd->size()) {
@@ -70,17 +69,10 @@ ProcInfo read_proc_info(const std::string& proc_root, int pid) {
     info.command = slash == std::string::npos ? argv0 : argv0.substr(slash + 1);
     if (info.command.empty()) info.command = "?";
   }
-  if (auto stat = read_file(dir + "/stat")) {
-    if (auto parsed = procfs::parse_pid_stat(*stat)) {
-      info.cpu_ticks = parsed->utime_ticks + parsed->stime_ticks;
-      static const long page = ::sysconf(_SC_PAGESIZE);
-      info.rss_bytes = parsed->rss_pages * static_cast<std::uint64_t>(page);
-      // statm's resident field is exact (stat's rss is per-CPU-batched, see procfs::PidStat).
-      if (auto statm = read_file(dir + "/statm"))
-        if (auto m = procfs::parse_pid_statm(*statm))
-          info.rss_bytes = m->resident_pages * static_cast<std::uint64_t>(page);
-      if (info.full_command.empty()) info.full_command.push_back(parsed->comm);
-    }
+  if (auto st = read_pid(proc_root, pid)) {
+    info.cpu_ticks = st->cpu_ticks;
+    info.rss_bytes = st->rss_bytes;
+    if (info.full_command.empty()) info.full_command.push_back(st->comm);
   }
   if (info.full_command.empty()) info.full_command.push_back("?");
   return info;
@@ -140,11 +132,9 @@ StatusData query_status(gpu::Gpus& gpus, StatusHooks& hooks, const QueryOptions&
     std::map<int, double> cpu;
     for (const auto& [pid, info] : procs) {
       if (!info.cpu_ticks) continue;
-      auto stat = read_file(fmt::format("{}/{}/stat", options.proc_root, pid));
-      if (!stat) continue;
-      auto parsed = procfs::parse_pid_stat(*stat);
-      if (!parsed) continue;
-      const auto now = parsed->utime_ticks + parsed->stime_ticks;
+      auto st = read_pid(options.proc_root, pid);
+      if (!st) continue;
+      const auto now = st->cpu_ticks;
       if (now < *info.cpu_ticks) continue;
       cpu[pid] = static_cast<double>(now - *info.cpu_ticks) / hz / dt * 100.0;
     }

@@ -1,0 +1,101 @@
+#include "sinks/session_sinks.hpp"
+
+#include <utility>
+
+#include "sinks/json_stream.hpp"
+
+namespace sonde {
+namespace {
+
+/// RunDirSink and SqliteSink: the same manifest keys, rows and end.
+template <class Store>
+class ManifestSink final : public Sink {
+ public:
+  ManifestSink(std::unique_ptr<Store> store, std::string name)
+      : store_(std::move(store)), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  SinkStatus begin(const RunStart& start) override {
+    if (start.target_pid) store_->update("target_pid", *start.target_pid);
+    // The first row covers the interval from this baseline (taken just before the command).
+    if (start.baseline_time) store_->update("baseline_time", *start.baseline_time);
+    if (!start.priority.is_null()) store_->update("priority", start.priority);
+    return SinkStatus::ok;
+  }
+  SinkStatus write(const Engine::Tick& tick) override {
+    store_->write(tick);
+    return store_->failed() ? SinkStatus::failed : SinkStatus::ok;
+  }
+  void end(const RunEnd& end) override {
+    // A final interval shorter than a quarter of the interval (the wait is capped) is marked.
+    if (end.short_final_interval_s)
+      store_->update("short_final_interval",
+                     {{"final_interval_s", *end.short_final_interval_s},
+                      {"why", "the target exited shortly after the previous tick"}});
+    if (!end.degraded.is_null()) store_->update("degraded", end.degraded);
+    store_->finish(end.outcome, end.summary, end.ticks, end.ticks_missed);
+  }
+  std::string location() const override {
+    if constexpr (std::is_same_v<Store, RunDirSink>)
+      return store_->dir();
+    else
+      return store_->location();
+  }
+
+ private:
+  std::unique_ptr<Store> store_;
+  std::string name_;
+};
+
+class StreamSink final : public Sink {
+ public:
+  StreamSink(int fd, const Engine& engine) : stream_(fd), engine_(engine) {}
+  std::string name() const override { return "the JSON stream"; }
+  SinkStatus begin(const RunStart&) override {
+    return stream_.ready(engine_) ? SinkStatus::ok : SinkStatus::closed;
+  }
+  SinkStatus write(const Engine::Tick& tick) override {
+    // The stream's first sample is the first with every rate defined (JUmPER's sanity checks
+    // reject nulls): the first tick is only a baseline there.
+    if (tick.ctx.tick == 0) return SinkStatus::ok;
+    return stream_.write(engine_, tick) ? SinkStatus::ok : SinkStatus::closed;
+  }
+
+ private:
+  JsonStreamSink stream_;
+  const Engine& engine_;
+};
+
+class StatsSink final : public Sink {
+ public:
+  explicit StatsSink(RunStats& stats) : stats_(stats) {}
+  std::string name() const override { return "the run's statistics"; }
+  SinkStatus write(const Engine::Tick& tick) override {
+    stats_.add(tick);
+    return SinkStatus::ok;
+  }
+
+ private:
+  RunStats& stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Sink> make_run_dir_sink(std::unique_ptr<RunDirSink> dir) {
+  std::string name = "run directory " + dir->dir();
+  return std::make_unique<ManifestSink<RunDirSink>>(std::move(dir), std::move(name));
+}
+
+std::unique_ptr<Sink> make_sqlite_sink(std::unique_ptr<SqliteSink> db) {
+  std::string name = "SQLite database " + db->location();
+  return std::make_unique<ManifestSink<SqliteSink>>(std::move(db), std::move(name));
+}
+
+std::unique_ptr<Sink> make_json_stream_sink(int fd, const Engine& engine) {
+  return std::make_unique<StreamSink>(fd, engine);
+}
+
+std::unique_ptr<Sink> make_stats_sink(RunStats& stats) {
+  return std::make_unique<StatsSink>(stats);
+}
+
+}  // namespace sonde

@@ -1,0 +1,23 @@
+#pragma once
+// The Sink adapters of `sonde run/record/stream`: the run directory (CSV), the SQLite database,
+// the JSON stream, and the running statistics the summary is computed from.
+#include <memory>
+
+#include "core/summary.hpp"
+#include "sinks/csv_run_dir.hpp"
+#include "sinks/sink.hpp"
+#include "sinks/sqlite.hpp"
+
+namespace sonde {
+
+/// The run directory: begin/end set the manifest's keys, write appends the CSV rows.
+std::unique_ptr<Sink> make_run_dir_sink(std::unique_ptr<RunDirSink> dir);
+/// The same keys and rows in a shared SQLite database.
+std::unique_ptr<Sink> make_sqlite_sink(std::unique_ptr<SqliteSink> db);
+/// JUmPER's protocol on `fd`: begin writes the `ready` line; the engine's first tick (a baseline,
+/// with undefined rates) is not written. A closed reader is SinkStatus::closed.
+std::unique_ptr<Sink> make_json_stream_sink(int fd, const Engine& engine);
+/// Adds every tick to `stats` (which must outlive the sink).
+std::unique_ptr<Sink> make_stats_sink(RunStats& stats);
+
+}  // namespace sonde
