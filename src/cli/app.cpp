@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "plugins/plugins.hpp"
+#include "sinks/json_stream_v1.hpp"  // HOOK (issue 16): --protocol v1
 
 namespace sonde::cli {
 
@@ -175,6 +176,13 @@ int run_cli(int argc, char** argv) {
   stream
       ->add_option("--target-pid", session.pid, "process to monitor (default: the parent process)")
       ->check(in_range("--pid", true));
+  // HOOK (issue 16): JUmPER's older protocol (src/sinks/json_stream_v1.hpp).
+  std::string stream_protocol = "v2";
+  stream
+      ->add_option("--protocol", stream_protocol,
+                   "v2 (default: JUmPER's current protocol) or v1 (JUmPER's multinode and "
+                   "node-layer branches)")
+      ->check(CLI::IsMember({"v1", "v2", "1", "2"}));
 
   ServeOptions serve_opts;
   auto* serve = app.add_subcommand("serve", "Prometheus/OpenMetrics exporter of the node");
@@ -288,6 +296,7 @@ int run_cli(int argc, char** argv) {
     return run_session(common, session);
   }
   if (*stream) {
+    set_stream_protocol(stream_protocol == "v1" || stream_protocol == "1" ? 1 : 2);  // HOOK
     session.mode = SessionOptions::Mode::stream;
     return run_session(common, session);
   }

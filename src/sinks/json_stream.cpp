@@ -8,10 +8,25 @@
 #include <fmt/format.h>
 
 #include "sinks/format.hpp"
+#include "sinks/json_stream_v1.hpp"  // HOOK (issue 16): --protocol v1
 
 namespace sonde {
 
 bool JsonStreamSink::emit(std::string_view s) {
+  // ---- HOOK (issue 16): `sonde stream --protocol v1`, JUmPER's older protocol -------------
+  // Each line of the current protocol becomes its v1 line (src/sinks/json_stream_v1.hpp).
+  std::string v1;
+  if (stream_protocol() == 1) {
+    static JsonStreamV1 converter;
+    for (std::size_t start = 0; start < s.size();) {
+      std::size_t end = s.find('\n', start);
+      if (end == std::string_view::npos) end = s.size();
+      if (end > start) v1 += converter.convert(s.substr(start, end - start));
+      start = end + 1;
+    }
+    s = v1;
+  }
+  // ---- end of the HOOK ------------------------------------------------------------------------
   while (!s.empty()) {
     const ssize_t n = ::write(fd_, s.data(), s.size());
     if (n < 0) {
