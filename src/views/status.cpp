@@ -308,6 +308,15 @@ ojson status_json(const StatusData& data) {
 
 // ---- gpustat's JSON ----
 
+namespace {
+// gpustat's name of a device it could not query (core.py InvalidGPU).
+std::string invalid_gpu_name(const std::string& error) {
+  if (error == "GPU is lost") return "((GPU is lost))";
+  if (error == "unknown NVML error") return "((Unknown Error))";
+  return "((" + error + "))";
+}
+}  // namespace
+
 ojson gpustat_json(const StatusData& data, const GpustatOptions&) {
   ojson o;
   o["hostname"] = data.hostname;
@@ -317,11 +326,17 @@ ojson gpustat_json(const StatusData& data, const GpustatOptions&) {
   o["query_time"] = iso_time(data.query_time);
   o["gpus"] = ojson::array();
   for (const auto& g : data.gpus) {
-    const auto& d = g.device;
+    // A device that could not be queried: gpustat's InvalidGPU, every value unknown.
+    gpu::GpuDevice unknown;
+    unknown.index = g.device.index;
+    unknown.uuid = g.device.uuid;
+    unknown.name = g.device.name;
+    unknown.error = g.device.error;
+    const auto& d = g.device.error ? unknown : g.device;
     ojson j;
     j["index"] = d.index;
     j["uuid"] = d.uuid;
-    j["name"] = d.name;
+    j["name"] = d.error ? invalid_gpu_name(*d.error) : d.name;  // gpustat's InvalidGPU name
     j["temperature.gpu"] = opt_int(d.temperature_c);
     j["fan.speed"] = opt_int(d.fan_percent);
     j["utilization.gpu"] = opt_int(d.util_gpu);
@@ -331,7 +346,7 @@ ojson gpustat_json(const StatusData& data, const GpustatOptions&) {
     j["enforced.power.limit"] = opt_int(d.power_limit_w);
     j["memory.used"] = opt(mib(d.mem_used_bytes));
     j["memory.total"] = opt(mib(d.mem_total_bytes));
-    j["processes"] = processes_json(g, [](ojson& pj, const ProcessRow& p) {
+    j["processes"] = d.error ? ojson() : processes_json(g, [](ojson& pj, const ProcessRow& p) {
       pj["username"] = opt(p.user);
       pj["command"] = p.command;
       pj["full_command"] = p.full_command;
@@ -462,13 +477,6 @@ std::string fit_name(const std::string& name, std::size_t w) {
     if ((static_cast<unsigned char>(name[i]) & 0xC0) != 0x80) --keep;
   }
   return "…" + name.substr(i);
-}
-
-// gpustat's name of a device it could not query (core.py InvalidGPU).
-std::string invalid_gpu_name(const std::string& error) {
-  if (error == "GPU is lost") return "((GPU is lost))";
-  if (error == "unknown NVML error") return "((Unknown Error))";
-  return "((" + error + "))";
 }
 
 }  // namespace

@@ -292,6 +292,12 @@ TEST(GpustatCompat, JsonIsTheSameWhateverTheDisplayFlags) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a["gpus"][0]["processes"][0]["cpu_memory_usage"], 123456789);
   EXPECT_EQ(a["gpus"][0]["power.draw"], 71);
+  // A lost GPU: gpustat's InvalidGPU name, no processes (sonde keeps the other keys as null and
+  // adds `error`).
+  EXPECT_EQ(a["gpus"][2]["name"], "((GPU is lost))");
+  EXPECT_TRUE(a["gpus"][2]["processes"].is_null());
+  EXPECT_TRUE(a["gpus"][2]["temperature.gpu"].is_null());
+  EXPECT_EQ(a["gpus"][2]["error"], "GPU is lost");
 }
 
 }  // namespace
