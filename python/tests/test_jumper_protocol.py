@@ -179,3 +179,26 @@ def test_protocol_v1_as_the_older_branches_read_it():
     for a, b in zip(proc, proc[1:]):
         assert all(y >= x for x, y in zip(a, b)), proc
     assert proc[-1][3] > 0, proc
+
+
+def test_interval_below_what_the_node_sustains_is_warned(tmp_path):
+    """JUmPER's C collector accepts 0.005 s and less; sonde too, with a warning (stderr and the
+    manifest's interval_warning) whenever its ticks cannot keep up; never without cause."""
+    exe = os.environ["SONDE_EXECUTABLE"]
+    out = tmp_path / "run"
+    proc = subprocess.run([exe, "run", "--interval", "0.001", "--levels", "process,user,system",
+                           "--out", str(out), "--", "sleep", "1.5"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    warning = manifest.get("interval_warning")
+    warned = "is below what this node sustains" in proc.stderr
+    assert warned == (warning is not None), (proc.stderr, warning)
+    if warning is not None:
+        assert warning["interval_s"] == 0.001
+        slow = warning["mean_tick_cost_s"] >= 0.001
+        missing = warning["missed"] * 4 >= warning["ticks"] + warning["missed"]
+        assert slow or missing or "average" in warning["why"], warning
+        assert warning["sustainable_interval_s"] >= 0.001
+    else:  # kept up: (almost) every slot sampled
+        assert manifest["ticks_missed"] * 4 < manifest["ticks"] + manifest["ticks_missed"]

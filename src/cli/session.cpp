@@ -23,6 +23,7 @@
 #include "cli/commands.hpp"
 #include "core/engine.hpp"
 #include "core/helper_children.hpp"
+#include "core/interval_check.hpp"  // HOOK (issue 16): the interval warning
 #include "core/summary.hpp"
 #include "sinks/csv_run_dir.hpp"
 #include "sinks/json_stream.hpp"
@@ -285,8 +286,15 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   double first_interrupt_s = 0;
   bool killed = false;
 
+  IntervalCheck interval_check(interval);  // HOOK (issue 16): the interval warning
   while (!stop) {
-    if (!skip_sample) sample();
+    if (!skip_sample) {
+      const double tick_start_s = monotonic_now();
+      sample();
+      // HOOK (issue 16): warn (once, on stderr) when the node does not sustain the interval.
+      if (auto w = interval_check.observe(monotonic_now() - tick_start_s, missed))
+        std::cerr << "sonde: warning: " << *w << "\n";
+    }
     skip_sample = false;
     if (stop) break;
     if (!target_gone && so.mode != Mode::run && target_pid > 0 && !so.system_only &&
@@ -414,6 +422,10 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
                               {"why", "the target exited shortly after the previous tick"}};
     if (run_dir) run_dir->update("short_final_interval", mark);
     if (sqlite) sqlite->update("short_final_interval", mark);
+  }
+  if (interval_check.warned()) {  // HOOK (issue 16): the interval warning in the manifest
+    if (run_dir) run_dir->update("interval_warning", interval_check.manifest_entry());
+    if (sqlite) sqlite->update("interval_warning", interval_check.manifest_entry());
   }
   if (run_dir) {
     if (engine.discover_every() > 1)
