@@ -42,7 +42,17 @@ from .session import CellHistory, CellRecord, UsageError, export_session, import
 
 __version__ = _native.version
 __all__ = ["Monitor", "LEVELS", "CellHistory", "CellRecord", "UsageError", "export_session",
-           "import_session", "load_ipython_extension", "unload_ipython_extension"]
+           "import_session", "load_ipython_extension", "unload_ipython_extension",
+           "build_perfmonitor_service", "build_perfmonitor_magic_adapter"]
+
+
+def __getattr__(name):
+    # JUmPER's Python API (sonde.service) needs IPython: imported on first use only.
+    if name in ("build_perfmonitor_service", "build_perfmonitor_magic_adapter"):
+        from . import service
+
+        return getattr(service, name)
+    raise AttributeError(f"module 'sonde' has no attribute '{name}'")
 
 
 def load_ipython_extension(ipython):

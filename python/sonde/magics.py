@@ -5,7 +5,13 @@
     ... cells ...
     %perfmonitor_perfreport [--cell RANGE] [--level LEVEL] [--text]
     %perfmonitor_plot [--metrics cpu_summary,memory] [--cell RANGE] [--level L] [--save-jpeg F]
+                      [--backend plotly|matplotlib] [--live [INTERVAL [WINDOW]]]
+    %perfmonitor_export_perfdata [--file F.csv|F.json] [--name VAR]   (default VAR perfdata_df)
+    %perfmonitor_load_perfdata FILE                                    (pushes loaded_perfdata_df)
+    %start_write_script [FILE.py] ... %end_write_script
     %perfmonitor_stop
+
+Cells are addressed by JUmPER's cell_index: the position in the cell history, from 0.
 
 Bad input (an unknown option, a bad cell range, a stop before a start, a plot before any data)
 prints one line `sonde: error: ...` on stderr; no traceback.
@@ -25,6 +31,15 @@ from . import report as reporting
 from .session import CellHistory, LiveData, UsageError, export_session, import_session
 
 DEFAULT_INTERVAL = 1.0  # JUmPER's default
+# JUmPER's names (core/state.py): the DataFrames pushed into the notebook.
+EXPORT_VARS = {"perfdata": "perfdata_df", "cell_history": "cell_history_df"}
+LOADED_VARS = {"perfdata": "loaded_perfdata_df", "cell_history": "loaded_cell_history_df"}
+# Columns a loaded file must have (JUmPER's validation in utilities.load_dataframe_from_file).
+PERFDATA_REQUIRED = ["time", "memory", "io_read_count", "io_write_count", "io_read", "io_write",
+                     "cpu_util_avg", "cpu_util_min", "cpu_util_max"]
+CELL_HISTORY_REQUIRED = ["cell_index", "raw_cell", "start_time", "end_time", "duration",
+                         "wallclock_start_time", "wallclock_end_time"]
+CONTROL_MAGICS = {"start_write_script", "end_write_script"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,21 +83,30 @@ def _magic(func):
 HELP = """sonde magics (JUmPER's names; data from sonde's C++ engine)
   %perfmonitor_start [interval] [--levels L,..] [--config FILE]   start monitoring this kernel (default 1 s)
   %perfmonitor_stop                                  stop monitoring (the data stays)
-  %perfmonitor_resources                             CPUs, memory limits and GPUs available
-  %perfmonitor_perfreport [--cell R] [--level L] [--text]   report for cells R (default: everything)
-  %perfmonitor_enable_perfreports [--level L] [--text]     a report after every cell
+  %perfmonitor_resources                             CPUs, memory and GPUs available
+  %perfmonitor_perfreport [--cell R] [--level L] [--text]   report (default: the last cell that ran
+                                                     at least one interval)
+  %perfmonitor_enable_perfreports [--level L] [--interval S] [--text]   a report after every cell
   %perfmonitor_disable_perfreports
-  %perfmonitor_plot [--metrics M,..] [--cell R] [--level L] [--save-jpeg FILE]
-  %perfmonitor_export_perfdata [--file F.csv] [--level L] [--name VAR]   DataFrame or CSV
+  %perfmonitor_plot [--metrics M,..] [--cell R] [--level L] [--save-jpeg FILE] [--pickle FILE]
+                    [--backend plotly|matplotlib] [--live [INTERVAL [WINDOW]]]
+                                                     without --level: the plot widget
+  %perfmonitor_export_perfdata [--file F.csv|F.json] [--level L] [--name VAR]
+                                                     (default DataFrame 'perfdata_df')
   %perfmonitor_export_cell_history [--file F.csv|F.json] [--name VAR]
+                                                     (default DataFrame 'cell_history_df')
+  %perfmonitor_load_perfdata FILE                    CSV/JSON into 'loaded_perfdata_df'
+  %perfmonitor_load_cell_history FILE                CSV/JSON into 'loaded_cell_history_df'
   %show_cell_history  (also %cell_history)           the executed cells with their times
   %export_session [DIR|FILE.zip]                     a run directory `sonde report` reads
   %import_session PATH                               reports and plots of an exported session
+  %start_write_script [FILE.py]                      record the next cells into a Python script
+  %end_write_script                                  write it (cells are not run while recording)
   %perfmonitor_fast_setup                            start (1 s) and a report after every cell
   %perfmonitor_help
-JUmPER's --monitor/--check-sanity (start) and --pickle (plot) are accepted; sonde always samples
-with its C++ engine.
-Cell ranges R: 5, 2:8, :5, 3:, -3: (execution counts, inclusive; negative: from the last cell).
+JUmPER's --monitor/--check-sanity (start) are accepted; sonde always samples with its C++ engine.
+Cell ranges R (cell_index: position in the history, from 0): 5, 2:8, :5, 3: (inclusive);
+sonde also reads negative numbers from the last cell: -1, -3:.
 Levels: process, user, slurm (inside a Slurm job), system. Metrics: cpu_summary, memory,
 gpu_util_summary, gpu_band_summary, gpu_mem_summary, or any column (plugin columns too)."""
 
@@ -96,23 +120,74 @@ class SondeMagics(Magics):
         self.history = CellHistory()
         self.auto_report = None  # {"level": .., "text": ..}
         self.start_wall_s = None  # how long the last %perfmonitor_start took
+        self.backend = "plotly"  # JUmPER's magics default; --backend changes it
+        self.user_interval = None
+        self.live_plots = []
+        self.recording = None  # {"path": .., "start": cell_index, "settings": {..}}
+        # Set by the Python API / a generated script (sonde.service): no IPython display.
+        self.plots_disabled = None
+        self.display_disabled = None
+        self._skip_report = False
 
     # Events ---------------------------------------------------------------------------------
     def pre_run_cell(self, info=None):
         code = getattr(info, "raw_cell", "") if info is not None else ""
-        self.history.start(code or "")
+        code = code or ""
+        self.on_pre_run_cell(code, self.called_line_magics(code),
+                             self.is_pure_line_magic_cell(code))
 
     def post_run_cell(self, result=None):
         count = getattr(result, "execution_count", None) if result is not None else None
-        rec = self.history.finish(count)
+        self.on_post_run_cell(count)
+
+    def on_pre_run_cell(self, raw_cell, cell_magics=(), should_skip_report=False):
+        """JUmPER's hook (also what a generated script and `with service.monitored():` call)."""
+        self.history.start(raw_cell, magics=cell_magics)
+        self._skip_report = bool(should_skip_report)
+
+    def on_post_run_cell(self, execution_count=None):
+        if not isinstance(execution_count, int):
+            execution_count = None
+        rec = self.history.finish(execution_count)
         if rec is None or self.auto_report is None or not isinstance(self.data, LiveData):
             return  # nothing to report on, or an imported session (new cells are not in it)
-        if _only_sonde_magics(rec.code):
+        if self._skip_report or not self.monitor.running:
             return
         try:
             self._show_report([rec], self.auto_report["level"], self.auto_report["text"])
         except (UsageError, ValueError) as e:
             print(f"sonde: error: {e}", file=sys.stderr)
+
+    # Cell sources -----------------------------------------------------------------------------
+    def _line_magics(self):
+        if self.shell is None:
+            return set()
+        return set(self.shell.magics_manager.lsmagic().get("line", {}))
+
+    def called_line_magics(self, code):
+        """The line magics a cell calls (`name args`, without %), as JUmPER's
+        get_called_line_magics: lines starting with % and a known line magic."""
+        known = self._line_magics()
+        out = []
+        for ln in code.splitlines():
+            s = ln.strip()
+            if s.startswith("%") and not s.startswith("%%") and len(s) > 1:
+                parts = s[1:].split(None, 1)
+                if parts and (parts[0] in known or parts[0] in CONTROL_MAGICS):
+                    out.append(s[1:])
+        return out
+
+    def is_pure_line_magic_cell(self, code):
+        """Every non-empty line a comment or a known line magic: no report after it."""
+        known = self._line_magics()
+        for ln in code.splitlines():
+            s = ln.strip()
+            if not s or s.startswith("#"):
+                continue
+            if s.startswith("%") and len(s) > 1 and s[1:].split(None, 1)[0] in known:
+                continue
+            return False
+        return True
 
     # Helpers --------------------------------------------------------------------------------
     def _need_data(self):
@@ -136,6 +211,49 @@ class SondeMagics(Magics):
             return []
         return self.history.select(spec)
 
+    def _min_duration(self):
+        data = self._need_data()
+        return float(data.interval or 0)
+
+    def _default_report_cells(self):
+        """JUmPER's report without --cell: the last cell that ran at least one interval."""
+        if not len(self.history):
+            return []  # no cells yet: the whole session
+        c = self.history.last_long_cell(self._min_duration())
+        if c is None:
+            raise UsageError(f"no cell ran at least one sampling interval "
+                             f"({self._min_duration():g} s); give --cell")
+        return [c]
+
+    def _default_plot_cells(self):
+        """JUmPER's plot without --cell: from the last cell longer than an interval to the
+        last cell."""
+        cells = self.history.cells
+        if not cells:
+            return []
+        start = 0
+        for i in range(len(cells) - 1, -1, -1):
+            if cells[i].duration > self._min_duration():
+                start = i
+                break
+        return cells[start:]
+
+    def perfdata(self, level):
+        """A level's DataFrame with JUmPER's cell_index column (the cell a sample was taken
+        in, <NA> between cells)."""
+        import numpy as np
+        import pandas as pd
+
+        df = self._need_data().frame(level)
+        idx = np.full(len(df), -1, dtype=np.int64)
+        wc = df["wallclock"].to_numpy()
+        for c in self.history.cells:
+            idx[(wc >= c.start_wallclock) & (wc <= c.end_wallclock)] = c.index
+        col = pd.array(idx, dtype="Int64")
+        col[idx < 0] = pd.NA
+        df["cell_index"] = col
+        return df
+
     @staticmethod
     def _window(cells):
         if not cells:
@@ -157,7 +275,7 @@ class SondeMagics(Magics):
 
         summary = self.summary(cells)
         title = reporting.title_of(cells, level)
-        if text:
+        if text or self.display_disabled:
             print(reporting.render_text(summary, level, title))
         else:
             display(HTML(reporting.render_html(summary, level, title)))
@@ -195,6 +313,7 @@ class SondeMagics(Magics):
             self.monitor = Monitor(interval=interval, levels=args.levels, config=args.config)
             self.data = LiveData(self.monitor)
         self.monitor.start()
+        self.user_interval = interval
         self.start_wall_s = time.perf_counter() - t0
         for w in self.monitor.warnings():
             print(f"sonde: warning: {w}", file=sys.stderr)
@@ -224,6 +343,8 @@ class SondeMagics(Magics):
     @line_magic
     @_magic
     def perfmonitor_resources(self, line=""):
+        """JUmPER's lines (CPUs, CPU affinity, Memory in GB rounded to 2 decimals, GPUs), then
+        sonde's memory limit per level."""
         _parse(_parser("perfmonitor_resources"), line)
         if self.data is not None:
             info = self.data.manifest().get("node_info", {})
@@ -232,24 +353,28 @@ class SondeMagics(Magics):
 
             info = Monitor(interval=DEFAULT_INTERVAL).node_info
         gib = 1024.0 ** 3
-        lines = ["sonde: resources available to this kernel",
-                 f"  host             {info.get('hostname', '?')} (Linux {info.get('kernel', '?')})",
-                 f"  CPUs             {info.get('num_cpus', 0):g} available of "
-                 f"{info.get('num_system_cpus', 0)} on the node"
-                 + (f" (cgroup quota {info['cpu_quota']:g})" if info.get("cpu_quota") else ""),
-                 f"  CPU handles      {_ranges(info.get('cpu_handles', []))}"]
+        limits = info.get("memory_limits") or {}
+        system = limits.get("system", info.get("mem_total_bytes", 0)) or 0
+        num_cpus = info.get("num_cpus", 0)
+        num_cpus = int(num_cpus) if float(num_cpus).is_integer() else num_cpus
+        lines = ["[sonde]:",
+                 f"  CPUs: {num_cpus}",
+                 f"    CPU affinity: {list(info.get('cpu_handles', []))}",
+                 f"  Memory: {round(system / gib, 2)} GB",
+                 f"  GPUs: {info.get('num_gpus', 0)}"]
+        if info.get("num_gpus"):
+            lines.append(f"    {info.get('gpu_name', '')}, "
+                         f"{round(float(info.get('gpu_memory_gib', 0)), 2)} GB")
         levels = self.data.levels if self.data is not None else \
             [lvl for lvl in ("process", "user", "slurm", "system")
              if lvl != "slurm" or os.environ.get("SLURM_JOB_ID")]
-        for lvl, b in (info.get("memory_limits") or {}).items():
-            if lvl not in levels:
-                continue
-            lines.append(f"  memory ({lvl + ')':<9} {b / gib:.2f} GiB")
-        if info.get("num_gpus"):
-            lines.append(f"  GPUs             {info['num_gpus']} x {info.get('gpu_name', '')} "
-                         f"({info.get('gpu_memory_gib', 0):.1f} GiB each)")
-        else:
-            lines.append("  GPUs             none")
+        lines.append(f"  host: {info.get('hostname', '?')} (Linux {info.get('kernel', '?')}), "
+                     f"{info.get('num_system_cpus', 0)} CPUs on the node"
+                     + (f", cgroup CPU quota {info['cpu_quota']:g}" if info.get("cpu_quota")
+                        else ""))
+        for lvl, b in limits.items():
+            if lvl in levels:
+                lines.append(f"  Memory ({lvl}): {round(b / gib, 2)} GB")
         print("\n".join(lines))
 
     @line_magic
@@ -261,7 +386,8 @@ class SondeMagics(Magics):
         p.add_argument("--text", action="store_true")
         args = _parse(p, line)
         level = self._level(args.level)
-        cells = self._cells(args.cell)
+        cells = self._cells(args.cell) if args.cell is not None else \
+            self._default_report_cells()
         self._show_report(cells, level, args.text)
 
     @line_magic
@@ -270,13 +396,18 @@ class SondeMagics(Magics):
         p = _parser("perfmonitor_enable_perfreports")
         _level_arg(p)
         p.add_argument("--text", action="store_true")
-        p.add_argument("--interval", type=float, default=None)  # JUmPER's; accepted, unused
+        p.add_argument("--interval", type=float, default=None)
         args = _parse(p, line)
         if args.level is not None and self.data is not None:
             self._level(args.level)
         if args.level is not None and args.level not in ("process", "user", "slurm", "system"):
             raise UsageError(f"--level: unknown level '{args.level}' (expected process, user, "
                              "slurm or system)")
+        # As JUmPER: enabling reports starts the monitor (at --interval, default 1 s) when it
+        # is not running.
+        if self.monitor is None or not self.monitor.running:
+            self.perfmonitor_start.__wrapped__(
+                self, "" if args.interval is None else repr(float(args.interval)))
         self.auto_report = {"level": args.level or "process", "text": args.text}
         print("sonde: a report follows every cell (%perfmonitor_disable_perfreports stops it)")
 
@@ -299,21 +430,37 @@ class SondeMagics(Magics):
         p.add_argument("--backend", default=None, choices=["matplotlib", "plotly"])
         p.add_argument("--live", nargs="*", type=float, default=None)
         args = _parse(p, line)
-        if args.backend == "plotly":
-            raise UsageError("%perfmonitor_plot: --backend plotly is not supported by sonde "
-                             "(matplotlib only)")
-        if args.live is not None:
-            raise UsageError("%perfmonitor_plot: --live is not supported by sonde; plot again "
-                             "to see new samples")
-        level = self._level(args.level)
-        cells = self._cells(args.cell)
-        frame = self.data.frame(level)
+        if self.plots_disabled:
+            print(f"sonde: {self.plots_disabled}")
+            return
+        self._need_data()
+        if args.backend:  # as JUmPER: the choice stays for the next plots
+            self.backend = args.backend
         metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] \
             if args.metrics else None
-        fig = plotting.make_figure(frame, metrics, cells or self.history.cells, level,
-                                   self._window(cells), reporting.title_of(cells, level))
+        if args.live is not None:
+            return self._plot_live(args, metrics)
+        cells = self._cells(args.cell) if args.cell is not None else self._default_plot_cells()
+        direct = args.level is not None or metrics or args.save_jpeg or args.pickle_file
+        if not direct:
+            import importlib.util
+
+            # no widget library: the plot itself (Debian: python3-ipywidgets)
+            direct = importlib.util.find_spec("ipywidgets") is None
+        if not direct and cells:
+            return self._plot_widget(cells, metrics)
+        level = self._level(args.level)
+        frame = self.data.frame(level)
+        window = self._window(cells)
+        if args.cell is None and window is not None and \
+                not len(plotting.select_rows(frame, window)):
+            cells = self.history.cells  # JUmPER's default range has no samples: every cell
+            window = self._window(cells)
+        title = reporting.title_of(cells, level)
         if args.save_jpeg:
-            plotting.save_jpeg(fig, args.save_jpeg)
+            # JPEG with matplotlib whatever the backend (plotly's image export needs kaleido).
+            plotting.save_jpeg(plotting.make_figure(frame, metrics, cells, level, window, title),
+                               args.save_jpeg)
             print(f"sonde: plot saved to {args.save_jpeg}")
         if args.pickle_file:
             import pickle
@@ -323,13 +470,50 @@ class SondeMagics(Magics):
                              "cells": self.history.dataframe()}, f)
             print(f"sonde: plot data saved to {args.pickle_file} (a dict: level, metrics, "
                   "frame, cells; load it with pickle.load)")
-        from IPython.display import Image, display
+        from IPython.display import display
 
-        display(Image(data=plotting.figure_png(fig), format="png"))
+        display(plotting.render(frame, metrics, cells, level, window, title, self.backend),
+                raw=True)
+
+    def _plot_widget(self, cells, metrics):
+        from IPython.display import display
+
+        data = self.data
+        levels = data.levels
+        w = plotting.PlotWidget(data.frame, levels, self.history.cells,
+                                (cells[0].index, cells[-1].index), metrics, self.backend,
+                                "process" if "process" in levels else levels[0])
+        display(w.box)
+        w.update()
+        self.last_widget = w
+        return None
+
+    def _plot_live(self, args, metrics):
+        if not isinstance(self.data, LiveData):
+            raise UsageError("--live plots a running monitor; this session is imported "
+                             "(plot it without --live)")
+        if not self.monitor.running:
+            raise UsageError("--live: the monitor is stopped (start it with %perfmonitor_start)")
+        live = list(args.live) + [2.0, 120.0][len(args.live):]  # JUmPER's defaults
+        if len(args.live) > 2:
+            raise UsageError("--live takes at most INTERVAL and WINDOW (e.g. --live 1.0 60)")
+        level = self._level(args.level)
+        plotting.resolve_metrics(self.data.frame(level), metrics)  # bad names fail here
+        lp = plotting.LivePlot(self.monitor, self.history, metrics, level, self.backend,
+                               live[0], live[1])
+        self.live_plots = [x for x in self.live_plots if x.running] + [lp]
+        return None
 
     @line_magic
     @_magic
     def perfmonitor_export_perfdata(self, line=""):
+        for name, df in self.export_perfdata_frames(line).items():
+            self._publish(name, df, f"{len(df)} rows, {len(df.columns)} columns")
+
+    def export_perfdata_frames(self, line=""):
+        """The work of %perfmonitor_export_perfdata: writes --file (JSON for .json, CSV
+        otherwise; `.csv` appended to a name without a suffix) and returns {}, or returns
+        {name: DataFrame} (default name perfdata_df)."""
         p = _parser("perfmonitor_export_perfdata")
         p.add_argument("file_pos", nargs="?", default=None)
         p.add_argument("--file", default=None)
@@ -337,40 +521,82 @@ class SondeMagics(Magics):
         _level_arg(p)
         args = _parse(p, line)
         level = self._level(args.level)
-        df = self.data.frame(level)
+        df = self.perfdata(level)
         path = args.file or args.file_pos
-        if path:
+        if not path:
+            name = args.name or EXPORT_VARS["perfdata"]
+            if not name.isidentifier():
+                raise UsageError(f"--name: '{name}' is not a Python identifier")
+            return {name: df}
+        fmt = os.path.splitext(path)[1].lower().lstrip(".")
+        if not fmt:
+            path, fmt = path + ".csv", "csv"
+        if fmt == "json":
+            import json
+
+            records = [{k: (None if _missing(v) else v) for k, v in r.items()}
+                       for r in df.astype(object).to_dict("records")]
+            with open(path, "w") as f:
+                json.dump(records, f, indent=2, allow_nan=False)
+        elif fmt == "csv":
             df.to_csv(path, index=False, na_rep="")
-            print(f"sonde: {len(df)} rows of the {level} level written to {path}")
         else:
-            self._publish(args.name or f"perfdata_{level}", df,
-                          f"{len(df)} rows, {len(df.columns)} columns")
+            raise UsageError(f"--file: unsupported format '{fmt}' (expected .csv or .json)")
+        print(f"sonde: {len(df)} rows of the {level} level written to {path}")
+        return {}
+
+    @line_magic
+    @_magic
+    def perfmonitor_load_perfdata(self, line=""):
+        for name, df in self.load_frames(line, "perfdata").items():
+            self._publish(name, df, f"{len(df)} rows, {len(df.columns)} columns")
+
+    @line_magic
+    @_magic
+    def perfmonitor_load_cell_history(self, line=""):
+        for name, df in self.load_frames(line, "cell_history").items():
+            self._publish(name, df, f"{len(df)} cells")
+
+    def load_frames(self, line, what):
+        """%perfmonitor_load_perfdata FILE / %perfmonitor_load_cell_history FILE: a CSV or JSON
+        file with the columns JUmPER requires; returns {loaded_..._df: DataFrame}."""
+        p = _parser(f"perfmonitor_load_{what}")
+        p.add_argument("file")
+        args = _parse(p, line)
+        required = PERFDATA_REQUIRED if what == "perfdata" else CELL_HISTORY_REQUIRED
+        df = load_dataframe(args.file, required,
+                            "performance data" if what == "perfdata" else "cell history")
+        return {LOADED_VARS[what]: df}
 
     def _publish(self, name, df, what):
         """Puts a DataFrame into the notebook's namespace under `name` (an --name option)."""
         if not name.isidentifier():
             raise UsageError(f"--name: '{name}' is not a Python identifier")
-        self.shell.user_ns[name] = df
+        if self.shell is not None:
+            self.shell.push({name: df})
         print(f"sonde: DataFrame '{name}' ({what})")
 
     @line_magic
     @_magic
     def perfmonitor_export_cell_history(self, line=""):
+        for name, df in self.export_cell_history_frames(line).items():
+            self._publish(name, df, f"{len(df)} cells")
+
+    def export_cell_history_frames(self, line=""):
         p = _parser("perfmonitor_export_cell_history")
         p.add_argument("file_pos", nargs="?", default=None)
         p.add_argument("--file", default=None)
         p.add_argument("--name", default=None)
         args = _parse(p, line)
         path = args.file or args.file_pos
-        df = self.history.dataframe()
         if path:
-            if path.endswith(".json"):
-                df.to_json(path, orient="records", indent=2)
-            else:
-                self.history.write_csv(path)
-            print(f"sonde: {len(df)} cells written to {path}")
-        else:
-            self._publish(args.name or "cell_history", df, f"{len(df)} cells")
+            written = self.history.export(path)
+            print(f"sonde: {len(self.history)} cells written to {written}")
+            return {}
+        name = args.name or EXPORT_VARS["cell_history"]
+        if not name.isidentifier():
+            raise UsageError(f"--name: '{name}' is not a Python identifier")
+        return {name: self.history.dataframe()}
 
     @line_magic
     @_magic
@@ -383,8 +609,8 @@ class SondeMagics(Magics):
             return
         df = self.history.dataframe()
         df["start"] = [time.strftime("%H:%M:%S", time.localtime(t)) for t in
-                       df["start_wallclock"]]
-        display(df[["index", "start", "duration", "code"]])
+                       df["wallclock_start_time"]]
+        display(df[["cell_index", "start", "duration", "raw_cell"]])
 
     @line_magic
     @_magic
@@ -419,13 +645,99 @@ class SondeMagics(Magics):
               f"{len(history)} cells")
 
 
-def _only_sonde_magics(code):
-    lines = [ln.strip() for ln in code.splitlines() if ln.strip() and
-             not ln.strip().startswith("#")]
-    return bool(lines) and all(ln.startswith("%perfmonitor") or ln.startswith("%load_ext")
-                               or ln.startswith("%export_session")
-                               or ln.startswith("%import_session")
-                               or ln.startswith("%show_cell_history") for ln in lines)
+    # Script recording -----------------------------------------------------------------------
+    @line_magic
+    @_magic
+    def start_write_script(self, line=""):
+        """Records the next cells (not running them) into a Python script that replays them
+        on sonde's engine (sonde.service.build_perfmonitor_magic_adapter), as JUmPER's."""
+        path = line.strip() or time.strftime("notebook_script_%Y%m%d_%H%M%S.py")
+        if self.recording is not None:
+            raise UsageError(f"already recording into {self.recording['path']} "
+                             "(%end_write_script writes it)")
+        self.recording = {"path": path, "start": len(self.history), "started": time.time(),
+                          "running": self.monitor is not None and self.monitor.running,
+                          "interval": self.user_interval,
+                          "auto_report": dict(self.auto_report) if self.auto_report else None}
+        print(f"sonde: recording the next cells into {path} (they are not run until "
+              "%end_write_script)")
+
+    @line_magic
+    @_magic
+    def end_write_script(self, line=""):
+        _parse(_parser("end_write_script"), line)
+        if self.recording is None:
+            raise UsageError("no script is being recorded (start with %start_write_script)")
+        rec, self.recording = self.recording, None
+        cells = [c for c in self.history.cells if c.index >= rec["start"]
+                 and not _is_control(c.cell_magics)]
+        if not cells:
+            print("sonde: no cells were recorded; no script written")
+            return None
+        from .service import write_script
+
+        write_script(rec, cells, self.called_line_magics)
+        print(f"sonde: {len(cells)} cells written to {rec['path']} "
+              f"(run it with python3 {shlex.quote(rec['path'])})")
+        return None
+
+    def is_recording_active(self):
+        return self.recording is not None
+
+
+class DropCellTransformer:
+    """While a script is recorded, a cell is not run (JUmPER's behaviour): it is replaced by a
+    print, except a cell calling %start_write_script / %end_write_script."""
+
+    def __init__(self, magics):
+        self.magics = magics
+
+    def __call__(self, lines):
+        if not self.magics.is_recording_active():
+            return lines
+        cell = "".join(lines)
+        if _is_control(self.magics.called_line_magics(cell)):
+            return lines
+        return ["print('[sonde]: Cell execution skipped during script recording')\n"]
+
+
+def _is_control(cell_magics):
+    for m in cell_magics or ():
+        parts = m.lstrip("%").split(None, 1)
+        if parts and parts[0] in CONTROL_MAGICS:
+            return True
+    return False
+
+
+def _missing(v):
+    try:
+        import pandas as pd
+
+        return v is None or v is pd.NA or (isinstance(v, float) and v != v)
+    except ImportError:
+        return v is None
+
+
+def load_dataframe(path, required, what):
+    """A CSV or JSON file (by its suffix) with the columns `required` (JUmPER's check)."""
+    import pandas as pd
+
+    fmt = os.path.splitext(path)[1].lower().lstrip(".")
+    readers = {"csv": pd.read_csv, "json": pd.read_json}
+    if fmt not in readers:
+        raise UsageError(f"{path}: unsupported format '{fmt}' for {what} (expected .csv or "
+                         ".json)")
+    if not os.path.exists(path):
+        raise UsageError(f"{path}: no such file")
+    try:
+        df = readers[fmt](path)
+    except Exception as e:  # pandas' parser errors
+        raise UsageError(f"{path}: cannot read {what} ({str(e).splitlines()[0]})") from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise UsageError(f"{path}: not {what}: missing the columns {', '.join(missing)} "
+                         f"(expected {', '.join(required)})")
+    return df
 
 
 def _ranges(ids):
@@ -450,6 +762,8 @@ def load(ipython):
     ipython.register_magics(magics)
     ipython.events.register("pre_run_cell", magics.pre_run_cell)
     ipython.events.register("post_run_cell", magics.post_run_cell)
+    magics.drop_transformer = DropCellTransformer(magics)
+    ipython.input_transformer_manager.cleanup_transforms.append(magics.drop_transformer)
     _loaded[ipython] = magics
     import atexit
 
@@ -458,6 +772,8 @@ def load(ipython):
 
 
 def _stop_at_exit(magics):
+    for lp in magics.live_plots:
+        lp.stop()
     if magics.monitor is not None:
         magics.monitor.stop()
 
@@ -468,5 +784,10 @@ def unload(ipython):
         return
     ipython.events.unregister("pre_run_cell", magics.pre_run_cell)
     ipython.events.unregister("post_run_cell", magics.post_run_cell)
+    tm = ipython.input_transformer_manager
+    if magics.drop_transformer in tm.cleanup_transforms:
+        tm.cleanup_transforms.remove(magics.drop_transformer)
+    for lp in magics.live_plots:
+        lp.stop()
     if magics.monitor is not None:
         magics.monitor.stop()

@@ -19,6 +19,12 @@ import zipfile
 from dataclasses import dataclass
 
 CELL_COLUMNS = ["index", "start_wallclock", "end_wallclock", "code"]
+# The cell history as JUmPER's magics export it (%perfmonitor_export_cell_history, the DataFrame
+# cell_history_df): cell_index is the cell's position in the history (0, 1, ...; every executed
+# cell counts, magic cells too), start_time/end_time are time.perf_counter() (the clock of the
+# perfdata `time` column), the wall-clock times follow; cell_magics lists the line magics called.
+JUMPER_CELL_COLUMNS = ["cell_index", "raw_cell", "start_time", "end_time", "duration",
+                       "wallclock_start_time", "wallclock_end_time", "cell_magics"]
 
 
 class UsageError(Exception):
@@ -27,10 +33,14 @@ class UsageError(Exception):
 
 @dataclass
 class CellRecord:
-    index: int  # execution count
+    index: int  # JUmPER's cell_index: the position in the history (0 for the first cell)
     start_wallclock: float
     end_wallclock: float
     code: str
+    start_time: float = math.nan  # time.perf_counter() (CLOCK_MONOTONIC, the perfdata `time`)
+    end_time: float = math.nan
+    cell_magics: tuple = ()
+    execution_count: int = None
 
     @property
     def duration(self):
@@ -47,68 +57,108 @@ class CellHistory:
     def __len__(self):
         return len(self.cells)
 
-    def start(self, code, wallclock=None):
-        self._pending = (time.time() if wallclock is None else wallclock, code)
+    def start(self, code, wallclock=None, magics=()):
+        self._pending = (time.time() if wallclock is None else wallclock, code,
+                         time.perf_counter(), tuple(magics))
 
-    def finish(self, index, wallclock=None):
+    def finish(self, execution_count=None, wallclock=None):
         if self._pending is None:
             return None
-        start, code = self._pending
+        start, code, start_perf, magics = self._pending
         self._pending = None
-        if index is None:
-            index = (self.cells[-1].index + 1) if self.cells else 1
-        rec = CellRecord(int(index), start, time.time() if wallclock is None else wallclock, code)
+        index = (self.cells[-1].index + 1) if self.cells else 0
+        rec = CellRecord(index, start, time.time() if wallclock is None else wallclock, code,
+                         start_perf, time.perf_counter(), magics,
+                         None if execution_count is None else int(execution_count))
         self.cells.append(rec)
         return rec
 
     def select(self, spec):
-        """Cells whose execution count is in `spec`: `5`, `2:8` (inclusive), `:5`, `3:`;
-        negative numbers count from the end of the history (`-1` is the last cell, `-3:`)."""
+        """Cells addressed as JUmPER's parser does (core/parsers.py parse_cell_range): `5` (the
+        cell with cell_index 5), `2:8` (inclusive), `:5`, `3:`; cell_index is the position in the
+        history, from 0. JUmPER refuses negative numbers; sonde reads them (unambiguously) from
+        the end: `-1` is the last cell, `-3:` the last three."""
         spec = (spec or "").strip()
         if not self.cells:
             raise UsageError("no cells have been recorded yet")
-        counts = [c.index for c in self.cells]
+        n = len(self.cells)
+        last = self.cells[-1].index
 
         def bound(text, default):
             text = text.strip()
             if text == "":
                 return default
             try:
-                n = int(text)
+                v = int(text)
             except ValueError:
-                raise UsageError(f"--cell: '{spec}' is not a cell number or range "
+                raise UsageError(f"--cell: '{spec}' is not a cell index or range "
                                  "(expected N, A:B, :B or A:; e.g. 5, 2:8, :5, 3:)") from None
-            if n < 0:
-                if -n > len(counts):
-                    raise UsageError(f"--cell: {n} reaches before the first recorded cell "
-                                     f"({len(counts)} recorded)")
-                return counts[n]
-            return n
+            if v < 0:
+                if -v > n:
+                    raise UsageError(f"--cell: {v} reaches before the first recorded cell "
+                                     f"({n} recorded)")
+                return self.cells[v].index
+            return v
 
         if ":" in spec:
             a, _, b = spec.partition(":")
             if ":" in b:
                 raise UsageError(f"--cell: '{spec}' has more than one ':' (expected A:B)")
-            lo, hi = bound(a, min(counts)), bound(b, max(counts))
+            lo, hi = bound(a, self.cells[0].index), bound(b, last)
         else:
             if spec == "":
-                raise UsageError("--cell: expected a cell number or range")
+                raise UsageError("--cell: expected a cell index or range")
             lo = hi = bound(spec, None)
         if lo > hi:
             raise UsageError(f"--cell: empty range '{spec}' (start {lo} is after end {hi})")
+        if hi > last:
+            raise UsageError(f"--cell: '{spec}' is beyond the last cell (cell indices "
+                             f"{self.cells[0].index}..{last})")
         chosen = [c for c in self.cells if lo <= c.index <= hi]
         if not chosen:
             raise UsageError(f"--cell: no recorded cell in '{spec}' "
-                             f"(recorded: {counts[0]}..{counts[-1]})")
+                             f"(cell indices {self.cells[0].index}..{last})")
         return chosen
 
+    def last_long_cell(self, min_duration):
+        """JUmPER's default for a report: the last cell that ran at least `min_duration`
+        (the sampling interval), or None."""
+        for c in reversed(self.cells):
+            if c.duration >= min_duration:
+                return c
+        return None
+
     def dataframe(self):
+        """JUmPER's cell history DataFrame (JUMPER_CELL_COLUMNS). A cell read back from a run
+        directory has no perf_counter times: start_time/end_time are then its wall-clock times
+        (duration stays right)."""
         import pandas as pd
 
-        rows = [(c.index, c.start_wallclock, c.end_wallclock, c.end_wallclock - c.start_wallclock,
-                 c.code) for c in self.cells]
-        return pd.DataFrame(rows, columns=["index", "start_wallclock", "end_wallclock",
-                                           "duration", "code"])
+        rows = []
+        for c in self.cells:
+            st = c.start_time if math.isfinite(c.start_time) else c.start_wallclock
+            et = c.end_time if math.isfinite(c.end_time) else c.end_wallclock
+            rows.append((c.index, c.code, st, et, et - st, c.start_wallclock, c.end_wallclock,
+                         list(c.cell_magics)))
+        return pd.DataFrame(rows, columns=JUMPER_CELL_COLUMNS)
+
+    def export(self, path):
+        """%perfmonitor_export_cell_history --file: JSON (a list of records) for .json, CSV for
+        .csv; a name without a suffix gets `.csv` (as JUmPER). Returns the path written."""
+        import json as _json
+
+        fmt = os.path.splitext(path)[1].lower().lstrip(".")
+        if not fmt:
+            path, fmt = path + ".csv", "csv"
+        if fmt not in ("csv", "json"):
+            raise UsageError(f"--file: unsupported format '{fmt}' (expected .csv or .json)")
+        df = self.dataframe()
+        if fmt == "json":
+            with open(path, "w") as f:
+                _json.dump(df.to_dict("records"), f, indent=2)
+        else:
+            df.to_csv(path, index=False)
+        return path
 
     def write_csv(self, path):
         with open(path, "w", newline="") as f:
@@ -138,8 +188,9 @@ class CellHistory:
             cells = []
             for line, row in enumerate(reader, start=2):
                 try:
-                    cells.append(CellRecord(int(row[names[0]]), float(row[names[1]]),
-                                            float(row[names[2]]), row[names[3]] or ""))
+                    cells.append(CellRecord(len(cells), float(row[names[1]]),
+                                            float(row[names[2]]), row[names[3]] or "",
+                                            execution_count=int(float(row[names[0]]))))
                 except (TypeError, ValueError):
                     raise UsageError(f"{path}:{line}: expected a cell number and two "
                                      "wall-clock times") from None

@@ -2,7 +2,9 @@
 
 import json
 import os
+import re
 import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -33,6 +35,9 @@ def run(shell, capsys):
         shell.display_pub.outputs.clear()
         result = shell.run_cell(code, store_history=True)
         out, err = capsys.readouterr()
+        # ipywidgets outside a kernel (no front end to draw a widget) says so on stderr
+        err = "".join(ln for ln in err.splitlines(True)
+                      if not ln.startswith("Widget Javascript not detected"))
         assert result.error_in_exec is None, f"{code!r} raised {result.error_in_exec!r}"
         assert result.error_before_exec is None
         assert "Traceback" not in out + err
@@ -79,7 +84,15 @@ def test_before_start(run):
 
 def test_resources(run):
     out, err, _ = run("%perfmonitor_resources")
-    assert "CPUs" in out and "memory (process)" in out and err == ""
+    assert err == ""
+    lines = out.splitlines()
+    # JUmPER's lines, memory in GB rounded to two decimals (JUmPER's round(x, 2))
+    assert re.fullmatch(r"  CPUs: \d+", lines[1]), out
+    assert re.fullmatch(r"    CPU affinity: \[[0-9, ]+\]", lines[2]), out
+    m = re.fullmatch(r"  Memory: (\d+\.\d+) GB", lines[3])
+    assert m and len(m.group(1).split(".")[1]) <= 2, out
+    assert re.fullmatch(r"  GPUs: \d+", lines[4]), out
+    assert "Memory (process):" in out
 
 
 def test_start_bad_inputs(run):
@@ -174,10 +187,10 @@ def test_perfreport_html_and_text(run, shell):
 
 
 @pytest.mark.parametrize("bad, message", [
-    ("--cell abc", "--cell: 'abc' is not a cell number or range"),
+    ("--cell abc", "--cell: 'abc' is not a cell index or range"),
     ("--cell 8:2", "empty range"),
     ("--cell 1:2:3", "more than one ':'"),
-    ("--cell 9999", "no recorded cell"),
+    ("--cell 9999", "beyond the last cell"),
     ("--cell -9999", "reaches before the first recorded cell"),
     ("--level slurmy", "--level: 'slurmy' is not in this session"),
     ("--frobnicate", "unrecognized arguments: --frobnicate"),
@@ -204,52 +217,205 @@ def test_auto_reports(run):
     assert "sonde report" not in out and not html_of(outputs)
 
 
+def outputs_with(outputs, mime):
+    return [data_of(o)[mime] for o in outputs if mime in data_of(o)]
+
+
 def test_plot(run, shell, tmp_path):
+    # Without --level: JUmPER's plot widget (ipywidgets), drawn once with plotly (the default)
     _, err, outputs = run("%perfmonitor_plot")
-    assert err == ""
-    assert has_png(outputs)
+    assert err == ""  # (the widget's own output needs a kernel: test_notebook.py checks it)
+    w = magics_of(shell).last_widget
+    assert w.draws == 1 and w.error is None
+    lo, hi = w.range.value
+    # JUmPER: from the last long cell to the last cell (the one before this plot cell)
+    assert hi == magics_of(shell).history.cells[-2].index
+    w.idle.value = True  # a change redraws
+    w.range.value = (w.range.min, w.range.max)
+    w.level.value = "system"
+    assert w.draws == 4 and w.error is None, w.error
+    # With --level: the plot itself; plotly's MIME bundle, then matplotlib's PNG
+    _, err, outputs = run("%perfmonitor_plot --level process")
+    fig = outputs_with(outputs, "application/vnd.plotly.v1+json")
+    assert err == "" and fig and fig[0]["data"], err
+    assert {"cpu_util_avg", "memory"} <= {t.get("name") for t in fig[0]["data"]}
+    _, err, outputs = run("%perfmonitor_plot --level process --backend matplotlib")
+    assert err == "" and has_png(outputs)
+    _, err, outputs = run("%perfmonitor_plot --level system")  # the backend choice stays
+    assert err == "" and has_png(outputs)
     jpeg = tmp_path / "p.jpg"
     n = cell_count(shell, "busy(1.2)")
     _, err, outputs = run(f"%perfmonitor_plot --metrics cpu_summary,memory,io_read,cpu_util_0 "
-                          f"--cell {n} --level user --save-jpeg {jpeg}")
+                          f"--cell {n} --level user --save-jpeg {jpeg} --backend plotly")
     assert err == ""
     assert jpeg.read_bytes()[:3] == b"\xff\xd8\xff"
+    assert outputs_with(outputs, "application/vnd.plotly.v1+json")
     pk = tmp_path / "plot.pkl"
     out, err, _ = run(f"%perfmonitor_plot --metrics memory --pickle {pk}")
     assert err == "" and pk.stat().st_size > 0
     for bad, message in (("--metrics nosuch", "unknown metric 'nosuch'"),
-                         ("--live", "--live is not supported"),
-                         ("--cell x", "not a cell number"), ("--level nope", "not in this"),
+                         ("--live 1 2 3", "at most INTERVAL and WINDOW"),
+                         ("--live 0", "must be > 0"),
+                         ("--backend bokeh", "invalid choice: 'bokeh'"),
+                         ("--cell x", "not a cell index"), ("--level nope", "not in this"),
                          ("--what", "unrecognized")):
         _, err, _ = run(f"%perfmonitor_plot {bad}")
-        assert err.startswith("sonde: error:") and message in err, err
+        assert err.startswith("sonde: error:") and message in err, (bad, err)
+
+
+def test_live_plot(run, shell):
+    import time
+
+    _, err, outputs = run("%perfmonitor_plot --live 0.2 30 --metrics cpu_summary --level process")
+    assert err == ""
+    lp = magics_of(shell).live_plots[-1]
+    assert lp.interval == 0.2 and lp.window == 30 and lp.running
+    first = lp.frames
+    run("busy(1.0)")  # the plot redraws while this cell runs
+    deadline = time.monotonic() + 10
+    while lp.frames < first + 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert lp.frames >= first + 2 and lp.last_error is None
+    lp.stop()
+    assert not lp.running
+    run("%perfmonitor_plot --live")  # JUmPER's defaults: every 2 s, the last 120 s
+    lp = magics_of(shell).live_plots[-1]
+    assert (lp.interval, lp.window) == (2.0, 120.0)
+    lp.stop()
 
 
 def test_export_perfdata(run, shell, tmp_path):
     out, err, _ = run("%perfmonitor_export_perfdata")
-    assert "perfdata_process" in shell.user_ns
-    df = shell.user_ns["perfdata_process"]
+    assert "perfdata_df" in shell.user_ns  # JUmPER's default name
+    df = shell.user_ns["perfdata_df"]
     assert "cpu_util_avg" in df.columns and len(df) > 10
+    # JUmPER's cell_index: the cell each sample was taken in
+    assert df.columns[-1] == "cell_index"
+    busy_cell = [c for c in magics_of(shell).history.cells if "busy(1.2)" in c.code][0]
+    inside = df[(df["wallclock"] > busy_cell.start_wallclock + 0.05) &
+                (df["wallclock"] < busy_cell.end_wallclock - 0.05)]
+    assert len(inside) > 5 and (inside["cell_index"] == busy_cell.index).all()
     run("%perfmonitor_export_perfdata --level system --name sysdf")
     assert "cpu_util_0" in shell.user_ns["sysdf"].columns
     f = tmp_path / "perf.csv"
     out, err, _ = run(f"%perfmonitor_export_perfdata --file {f} --level user")
     assert f.read_text().startswith("time,wallclock,")
+    assert f.read_text().splitlines()[0].endswith(",cell_index")
+    j = tmp_path / "p.json"
+    out, err, _ = run(f"%perfmonitor_export_perfdata --file {j}")
+    records = json.loads(j.read_text())  # JSON (NaN as null: strict JSON)
+    assert records[0]["time"] > 0 and "cell_index" in records[0]
+    assert {r["cell_index"] for r in records} >= {busy_cell.index}
+    out, err, _ = run(f"%perfmonitor_export_perfdata --file {tmp_path / 'nosuffix'}")
+    assert (tmp_path / "nosuffix.csv").read_text().startswith("time,wallclock,")
+    _, err, _ = run(f"%perfmonitor_export_perfdata --file {tmp_path / 'p.xlsx'}")
+    assert "unsupported format 'xlsx'" in err
     _, err, _ = run("%perfmonitor_export_perfdata --name 1abc")
     assert "not a Python identifier" in err
     _, err, _ = run("%perfmonitor_export_perfdata --level nope")
     assert "nope" in err
+    # %perfmonitor_load_perfdata FILE pushes loaded_perfdata_df
+    out, err, _ = run(f"%perfmonitor_load_perfdata {j}")
+    assert err == "" and len(shell.user_ns["loaded_perfdata_df"]) == len(records)
+    run(f"%perfmonitor_load_perfdata {f}")
+    assert "cell_index" in shell.user_ns["loaded_perfdata_df"].columns
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    _, err, _ = run(f"%perfmonitor_load_perfdata {tmp_path / 'bad.csv'}")
+    assert "missing the columns time, memory" in err
+    _, err, _ = run("%perfmonitor_load_perfdata")
+    assert "the following arguments are required: file" in err
+    _, err, _ = run(f"%perfmonitor_load_perfdata {tmp_path / 'none.csv'}")
+    assert "no such file" in err
+
+
+JUMPER_CELL_COLUMNS = ["cell_index", "raw_cell", "start_time", "end_time", "duration",
+                       "wallclock_start_time", "wallclock_end_time", "cell_magics"]
 
 
 def test_export_cell_history(run, shell, tmp_path):
     run("%perfmonitor_export_cell_history")
-    assert "index" in shell.user_ns["cell_history"].columns
+    df = shell.user_ns["cell_history_df"]
+    assert list(df.columns) == JUMPER_CELL_COLUMNS
+    assert list(df["cell_index"]) == list(range(len(df)))  # positions, from 0
+    row = df[df["raw_cell"].str.contains("busy\\(1.2\\)")].iloc[0]
+    assert row["duration"] == pytest.approx(row["end_time"] - row["start_time"])
+    assert 1.1 < row["duration"] < 10
+    assert ["perfmonitor_start 0.1 --levels process,user,system"] in list(df["cell_magics"])
     f = tmp_path / "cells.csv"
     run(f"%perfmonitor_export_cell_history --file {f}")
-    assert f.read_text().startswith("index,start_wallclock,end_wallclock,code")
+    assert f.read_text().startswith(",".join(JUMPER_CELL_COLUMNS))
     j = tmp_path / "cells.json"
     run(f"%perfmonitor_export_cell_history {j}")
-    assert json.loads(j.read_text())[0]["index"] >= 1
+    assert json.loads(j.read_text())[0]["cell_index"] == 0
+    run(f"%perfmonitor_export_cell_history --file {tmp_path / 'hist'}")
+    assert (tmp_path / "hist.csv").is_file()
+    out, err, _ = run(f"%perfmonitor_load_cell_history {j}")
+    assert err == "" and list(shell.user_ns["loaded_cell_history_df"].columns) == \
+        JUMPER_CELL_COLUMNS
+    (tmp_path / "perf.csv").write_text("time,memory\n1,2\n")
+    _, err, _ = run(f"%perfmonitor_load_cell_history {tmp_path / 'perf.csv'}")
+    assert "missing the columns cell_index, raw_cell" in err
+
+
+def test_cell_addressing_as_jumper(run, shell):
+    """--cell N is the cell_index (position in the history, from 0), as JUmPER's parser."""
+    hist = magics_of(shell).history
+    assert [c.index for c in hist.cells] == list(range(len(hist)))
+    assert hist.select("0")[0].code == "%perfmonitor_help"  # the first cell after %load_ext
+    assert [c.index for c in hist.select("2:4")] == [2, 3, 4]
+    assert hist.select(":1")[-1].index == 1
+    assert hist.select("-1")[0] is hist.cells[-1]
+
+
+def test_write_script(run, shell, tmp_path):
+    script = tmp_path / "rec.py"
+    out, err, _ = run(f"%start_write_script {script}")
+    assert err == "" and "recording" in out
+    out, err, _ = run("import time\nrecorded = sum(range(10**5))\ntime.sleep(0.3)\n"
+                      "print('recorded', recorded)")
+    assert "Cell execution skipped during script recording" in out
+    assert "recorded" not in shell.user_ns  # not run while recording
+    run("%perfmonitor_perfreport --text")
+    out, err, _ = run("%end_write_script")
+    assert err == "" and "2 cells written" in out, err
+    text = script.read_text()
+    assert "magic_adapter.perfmonitor_perfreport('--text')" in text
+    assert "magic_adapter.perfmonitor_start('0.1')" in text
+    _, err, _ = run("%end_write_script")
+    assert "no script is being recorded" in err
+    # the script replays the cells on sonde's engine and exports the data next to it
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(
+        os.path.abspath(report.__file__))))
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "recorded 4999950000" in proc.stdout and "sonde report: cell" in proc.stdout
+    perf = (tmp_path / "rec_perfdata.csv").read_text().splitlines()
+    assert perf[0].startswith("time,wallclock,") and len(perf) > 1
+    cells = (tmp_path / "rec_cell_history.csv").read_text().splitlines()
+    assert cells[0].startswith("cell_index,raw_cell")
+
+
+def test_service_monitored(tmp_path):
+    from sonde.service import build_perfmonitor_service
+
+    service = build_perfmonitor_service(display_disabled=True)
+    from sonde import UsageError
+
+    with pytest.raises(UsageError, match="no monitor is running"):
+        service.stop_monitoring()
+    service.start_monitoring(0.05, levels="process")
+    with service.monitored():
+        busy(0.5)
+    with service.monitored():
+        pass
+    hist = service.export_cell_history()["cell_history_df"]
+    assert list(hist["cell_index"]) == [0, 1]
+    assert hist["raw_cell"][0] == "# <Code unavailable on monitored context>"
+    assert hist["cell_magics"][0] == ["<Magics unavailable on monitored context>"]
+    df = service.export_perfdata()["perfdata_df"]
+    assert (df["cell_index"] == 0).sum() >= 5
+    service.close()
 
 
 def test_stop_then_reports_and_session(run, shell, tmp_path):
@@ -261,7 +427,7 @@ def test_stop_then_reports_and_session(run, shell, tmp_path):
     before = magics_of(shell).summary(magics_of(shell).history.select(str(n)))
     _, err, outputs = run(f"%perfmonitor_perfreport --cell {n}")
     assert err == "" and "sonde-report-table" in html_of(outputs)
-    _, err, outputs = run("%perfmonitor_plot")
+    _, err, outputs = run("%perfmonitor_plot --level process")
     assert err == ""
     d = tmp_path / "sess"
     out, err, _ = run(f"%export_session {d}")
@@ -298,7 +464,7 @@ def test_stop_then_reports_and_session(run, shell, tmp_path):
         assert after["tags"] == before["tags"]
         _, err, outputs = run(f"%perfmonitor_perfreport --cell {n} --text")
         assert err == ""
-        _, err, outputs = run("%perfmonitor_plot --level system")
+        _, err, outputs = run("%perfmonitor_plot --level system --backend matplotlib")
         assert err == "" and has_png(outputs)
         run("%perfmonitor_export_perfdata --name imported")
         assert len(shell.user_ns["imported"]) > 10

@@ -145,6 +145,13 @@ int run_cli(int argc, char** argv) {
   stream
       ->add_option("--target-pid", session.pid, "process to monitor (default: the parent process)")
       ->check(in_range("--pid", true));
+  // JUmPER's older protocol (src/sinks/json_stream_v1.hpp) for its multinode/node-layer branches.
+  std::string stream_protocol = "v2";
+  stream
+      ->add_option("--protocol", stream_protocol,
+                   "v2 (default: JUmPER's current protocol) or v1 (JUmPER's multinode and "
+                   "node-layer branches)")
+      ->check(CLI::IsMember({"v1", "v2", "1", "2"}));
 
   ServeOptions serve_opts;
   auto* serve = app.add_subcommand("serve", "Prometheus/OpenMetrics exporter of the node");
@@ -258,6 +265,7 @@ int run_cli(int argc, char** argv) {
     return run_session(common, session);
   }
   if (*stream) {
+    session.stream_protocol = stream_protocol == "v1" || stream_protocol == "1" ? 1 : 2;
     session.mode = SessionOptions::Mode::stream;
     return run_session(common, session);
   }

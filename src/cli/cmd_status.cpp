@@ -220,6 +220,28 @@ Result<std::vector<int>> parse_ids(const std::string& text) {
   return ids;
 }
 
+// shtab's --print-completion for gpustat's options (the names CLI11 knows for this command).
+std::string gpustat_completion(const CLI::App& app, const std::string& shell) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const auto& n : opt->get_snames()) names.push_back("-" + n);
+    for (const auto& n : opt->get_lnames()) names.push_back("--" + n);
+  }
+  const std::string words = fmt::format("{}", fmt::join(names, " "));
+  if (shell == "bash")
+    return fmt::format(
+        "# bash completion for gpustat (sonde gpustat)\n"
+        "complete -o default -W \"{}\" gpustat\n",
+        words);
+  if (shell == "zsh")
+    return fmt::format(
+        "#compdef gpustat\n# zsh completion for gpustat (sonde gpustat)\n"
+        "_arguments '*:option:({})'\n",
+        words);
+  return fmt::format(
+      "# tcsh completion for gpustat (sonde gpustat)\ncomplete gpustat 'c/-/({})/'\n", words);
+}
+
 int parse_error(CLI::App& app, const CLI::ParseError& e) {
   app.exit(e);
   return e.get_exit_code() == 0 ? kExitOk : kExitUsage;
@@ -238,6 +260,7 @@ int cmd_status(int argc, char** argv, bool gpustat) {
   status::GpustatOptions go;
   std::string codec, power, ids_text;
   bool show_all = false, no_header = false;
+  std::string completion_shell;
   CLI::Option* codec_opt = nullptr;
   CLI::Option* power_opt = nullptr;
   CLI::Option* watch_opt = nullptr;
@@ -272,6 +295,10 @@ int cmd_status(int argc, char** argv, bool gpustat) {
         ->check(CLI::NonNegativeNumber);
     app.add_flag("--no-processes", go.no_processes, "no process information");
     app.add_flag("--debug", debug, "print why devices could not be queried");
+    // gpustat's -v/--version and shtab's --print-completion.
+    app.set_version_flag("-v,--version", fmt::format("gpustat {} (sonde gpustat)", SONDE_VERSION));
+    app.add_option("--print-completion", completion_shell, "print a shell completion script")
+        ->check(CLI::IsMember({"bash", "zsh", "tcsh"}));
   }
 
   status::StatusSettings settings;
@@ -286,7 +313,12 @@ int cmd_status(int argc, char** argv, bool gpustat) {
     return parse_error(app, e);
   }
 
-  const bool watching = watch_opt->count() > 0;
+  // gpustat: -i 0 (or less) is no watch mode.
+  const bool watching = watch_opt->count() > 0 && (!gpustat || watch_s.value_or(1.0) > 0);
+  if (gpustat && !completion_shell.empty()) {
+    std::cout << gpustat_completion(app, completion_shell);
+    return kExitOk;
+  }
   const double interval = std::max(0.1, watch_s.value_or(1.0));
   if (gpustat) {
     if (show_all) {
@@ -327,7 +359,8 @@ int cmd_status(int argc, char** argv, bool gpustat) {
   }
   // Ranges from the one settings table (numeric_ranges()): inf, nan and huge values refused.
   for (const auto& [option, value] :
-       {std::pair{"--watch", watch_s.value_or(1.0)}, std::pair{"--cpu-interval", cpu_interval_s},
+       {std::pair{"--watch", watching ? watch_s.value_or(1.0) : 1.0},
+        std::pair{"--cpu-interval", cpu_interval_s},
         std::pair{"--gpuname-width", static_cast<double>(go.gpuname_width.value_or(0))}}) {
     const NumericRange& range = numeric_range(option);
     if (!(value >= range.min && value <= range.max)) {

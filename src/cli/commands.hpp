@@ -54,6 +54,7 @@ struct SessionOptions {
   int pid = 0;                       ///< record --pid, stream --target-pid
   bool system_only = false;          ///< record --system
   std::optional<double> duration_s;  ///< record --duration
+  int stream_protocol = 2;           ///< stream --protocol: 2 (current) or 1 (JUmPER's older)
 };
 int run_session(const CommonOptions& common, const SessionOptions& session);
 

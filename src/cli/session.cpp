@@ -48,7 +48,7 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
                               const Config& cfg, const Engine& engine, int target_pid,
                               SinkSet& sinks) {
   if (so.mode == Mode::stream) {
-    sinks.add(make_json_stream_sink(STDOUT_FILENO, engine));
+    sinks.add(make_json_stream_sink(STDOUT_FILENO, engine, so.stream_protocol));
     return std::nullopt;
   }
   nlohmann::json meta;
@@ -252,6 +252,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     end.degraded = {{"since_tick", engine.degraded_since_tick()},
                     {"discover_every", engine.discover_every()},
                     {"why", "the /proc scan took more than half the interval"}};
+  end.interval_warning = sampler.interval_warning();
   sinks.end(end);
 
   if (!streaming && !common.quiet) std::cerr << summary_text(end.summary);

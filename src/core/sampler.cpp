@@ -43,7 +43,7 @@ SignalGuard::~SignalGuard() {
 }
 
 Sampler::Sampler(Engine& engine, SamplerOptions options, const SignalGuard* signals)
-    : engine_(engine), opts_(options), signals_(signals) {
+    : engine_(engine), opts_(options), signals_(signals), interval_check_(engine.interval_s()) {
   if (opts_.target_pid > 0) target_fd_.reset(pidfd_open(opts_.target_pid));
   wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 }
@@ -57,9 +57,11 @@ void Sampler::request_stop() {
 }
 
 void Sampler::sample(SampleListener& listener) {
+  const double started_s = monotonic_now();
   const auto& tick = engine_.tick();
   last_tick_s_ = tick.ctx.time_s;
   if (!listener.on_sample(tick)) stop_ = true;
+  if (auto w = interval_check_.observe(monotonic_now() - started_s, missed())) engine_.warn(*w);
   if (opts_.reap_adopted) {
     const int self = ::getpid();
     for (const PidSample& p : engine_.procs().pids)

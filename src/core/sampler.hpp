@@ -11,6 +11,7 @@
 
 #include "core/engine.hpp"
 #include "core/fs.hpp"
+#include "core/interval_check.hpp"
 
 namespace sonde {
 
@@ -86,6 +87,9 @@ class Sampler {
   std::optional<double> final_interval_s() const { return final_interval_s_; }
   /// run: the command was killed with SIGKILL after a second interrupt or 30 s.
   bool killed_child() const { return killed_; }
+  /// The node does not sustain the interval (ticks as long as the interval, or a quarter of the
+  /// slots missed): warned once through the engine; the manifest's entry, null when it does.
+  nlohmann::json interval_warning() const { return interval_check_.manifest_entry(); }
 
  private:
   void sample(SampleListener& listener);
@@ -108,6 +112,7 @@ class Sampler {
   int interrupts_ = 0;
   double first_interrupt_s_ = 0;
   bool killed_ = false;
+  IntervalCheck interval_check_;
 };
 
 }  // namespace sonde

@@ -8,10 +8,26 @@
 #include <fmt/format.h>
 
 #include "sinks/format.hpp"
+#include "sinks/json_stream_v1.hpp"
 
 namespace sonde {
 
+JsonStreamSink::JsonStreamSink(int fd, int protocol)
+    : fd_(fd), v1_(protocol == 1 ? std::make_unique<JsonStreamV1>() : nullptr) {}
+JsonStreamSink::~JsonStreamSink() = default;
+
 bool JsonStreamSink::emit(std::string_view s) {
+  // JUmPER's older protocol: each line of the current protocol becomes its v1 line.
+  std::string v1;
+  if (v1_) {
+    for (std::size_t start = 0; start < s.size();) {
+      std::size_t end = s.find('\n', start);
+      if (end == std::string_view::npos) end = s.size();
+      if (end > start) v1 += v1_->convert(s.substr(start, end - start));
+      start = end + 1;
+    }
+    s = v1;
+  }
   while (!s.empty()) {
     const ssize_t n = ::write(fd_, s.data(), s.size());
     if (n < 0) {

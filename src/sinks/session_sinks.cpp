@@ -32,6 +32,7 @@ class ManifestSink final : public Sink {
                      {{"final_interval_s", *end.short_final_interval_s},
                       {"why", "the target exited shortly after the previous tick"}});
     if (!end.degraded.is_null()) store_->update("degraded", end.degraded);
+    if (!end.interval_warning.is_null()) store_->update("interval_warning", end.interval_warning);
     store_->finish(end.outcome, end.summary, end.ticks, end.ticks_missed);
   }
   std::string location() const override {
@@ -48,7 +49,7 @@ class ManifestSink final : public Sink {
 
 class StreamSink final : public Sink {
  public:
-  StreamSink(int fd, const Engine& engine) : stream_(fd), engine_(engine) {}
+  StreamSink(int fd, const Engine& engine, int protocol) : stream_(fd, protocol), engine_(engine) {}
   std::string name() const override { return "the JSON stream"; }
   SinkStatus begin(const RunStart&) override {
     return stream_.ready(engine_) ? SinkStatus::ok : SinkStatus::closed;
@@ -90,8 +91,8 @@ std::unique_ptr<Sink> make_sqlite_sink(std::unique_ptr<SqliteSink> db) {
   return std::make_unique<ManifestSink<SqliteSink>>(std::move(db), std::move(name));
 }
 
-std::unique_ptr<Sink> make_json_stream_sink(int fd, const Engine& engine) {
-  return std::make_unique<StreamSink>(fd, engine);
+std::unique_ptr<Sink> make_json_stream_sink(int fd, const Engine& engine, int protocol) {
+  return std::make_unique<StreamSink>(fd, engine, protocol);
 }
 
 std::unique_ptr<Sink> make_stats_sink(RunStats& stats) {

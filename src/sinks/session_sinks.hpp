@@ -15,8 +15,9 @@ std::unique_ptr<Sink> make_run_dir_sink(std::unique_ptr<RunDirSink> dir);
 /// The same keys and rows in a shared SQLite database.
 std::unique_ptr<Sink> make_sqlite_sink(std::unique_ptr<SqliteSink> db);
 /// JUmPER's protocol on `fd`: begin writes the `ready` line; the engine's first tick (a baseline,
-/// with undefined rates) is not written. A closed reader is SinkStatus::closed.
-std::unique_ptr<Sink> make_json_stream_sink(int fd, const Engine& engine);
+/// with undefined rates) is not written. A closed reader is SinkStatus::closed. `protocol` 1 is
+/// JUmPER's older protocol (src/sinks/json_stream_v1.hpp).
+std::unique_ptr<Sink> make_json_stream_sink(int fd, const Engine& engine, int protocol = 2);
 /// Adds every tick to `stats` (which must outlive the sink).
 std::unique_ptr<Sink> make_stats_sink(RunStats& stats);
 

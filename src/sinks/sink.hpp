@@ -33,6 +33,8 @@ struct RunEnd {
   /// The final interval, when the target exited less than a quarter interval after a tick.
   std::optional<double> short_final_interval_s;
   nlohmann::json degraded;  ///< the engine's degradation (/proc listed less often); null: none
+  /// The node did not sustain the interval (Sampler::interval_warning); null: it did.
+  nlohmann::json interval_warning;
 };
 
 enum class SinkStatus {

@@ -298,6 +298,15 @@ ojson status_json(const StatusData& data) {
 
 // ---- gpustat's JSON ----
 
+namespace {
+// gpustat's name of a device it could not query (core.py InvalidGPU).
+std::string invalid_gpu_name(const std::string& error) {
+  if (error == "GPU is lost") return "((GPU is lost))";
+  if (error == "unknown NVML error") return "((Unknown Error))";
+  return "((" + error + "))";
+}
+}  // namespace
+
 ojson gpustat_json(const StatusData& data, const GpustatOptions&) {
   ojson o;
   o["hostname"] = data.hostname;
@@ -307,11 +316,17 @@ ojson gpustat_json(const StatusData& data, const GpustatOptions&) {
   o["query_time"] = iso_time(data.query_time);
   o["gpus"] = ojson::array();
   for (const auto& g : data.gpus) {
-    const auto& d = g.device;
+    // A device that could not be queried: gpustat's InvalidGPU, every value unknown.
+    gpu::GpuDevice unknown;
+    unknown.index = g.device.index;
+    unknown.uuid = g.device.uuid;
+    unknown.name = g.device.name;
+    unknown.error = g.device.error;
+    const auto& d = g.device.error ? unknown : g.device;
     ojson j;
     j["index"] = d.index;
     j["uuid"] = d.uuid;
-    j["name"] = d.name;
+    j["name"] = d.error ? invalid_gpu_name(*d.error) : d.name;  // gpustat's InvalidGPU name
     j["temperature.gpu"] = opt_int(d.temperature_c);
     j["fan.speed"] = opt_int(d.fan_percent);
     j["utilization.gpu"] = opt_int(d.util_gpu);
@@ -321,7 +336,7 @@ ojson gpustat_json(const StatusData& data, const GpustatOptions&) {
     j["enforced.power.limit"] = opt_int(d.power_limit_w);
     j["memory.used"] = opt(mib(d.mem_used_bytes));
     j["memory.total"] = opt(mib(d.mem_total_bytes));
-    j["processes"] = processes_json(g, [](ojson& pj, const ProcessRow& p) {
+    j["processes"] = d.error ? ojson() : processes_json(g, [](ojson& pj, const ProcessRow& p) {
       pj["username"] = opt(p.user);
       pj["command"] = p.command;
       pj["full_command"] = p.full_command;
@@ -433,21 +448,25 @@ std::string q(const std::optional<std::uint64_t>& v) {
   return v ? fmt::format("{}", *v) : std::string("??");
 }
 
-// Pads/shortens to a display width of `w` code points ("°" and "…" are one column).
+std::size_t code_points(const std::string& s) {
+  std::size_t n = 0;
+  for (unsigned char ch : s)
+    if ((ch & 0xC0) != 0x80) ++n;
+  return n;
+}
+
+// gpustat's util.shorten_left(name, w, placeholder="…") padded to `w` code points: a long name
+// keeps its end ("…M4-40GB"), as gpustat shows it.
 std::string fit_name(const std::string& name, std::size_t w) {
-  std::size_t cps = 0;
-  for (unsigned char ch : name)
-    if ((ch & 0xC0) != 0x80) ++cps;
-  if (cps > w) {
-    std::string out;
-    std::size_t n = 0;
-    for (std::size_t i = 0; i < name.size() && n + 1 < w; ++i) {
-      out += name[i];
-      if (i + 1 >= name.size() || (static_cast<unsigned char>(name[i + 1]) & 0xC0) != 0x80) ++n;
-    }
-    return out + "…";
+  const std::size_t cps = code_points(name);
+  if (cps <= w) return name + std::string(w - cps, ' ');
+  if (w == 0) return {};
+  std::size_t keep = w - 1, i = name.size();
+  while (keep > 0 && i > 0) {  // back over `keep` code points
+    --i;
+    if ((static_cast<unsigned char>(name[i]) & 0xC0) != 0x80) --keep;
   }
-  return name + std::string(w - cps, ' ');
+  return "…" + name.substr(i);
 }
 
 }  // namespace
@@ -455,31 +474,46 @@ std::string fit_name(const std::string& name, std::size_t w) {
 std::string gpustat_text(const StatusData& data, StatusHooks& hooks, const GpustatOptions& o,
                          bool color) {
   const Palette c{color};
-  std::size_t width = 16;
+  // gpustat: the longest name (in code points) unless --gpuname-width; 0 hides the name.
+  std::size_t width = 0;
   if (o.gpuname_width) {
     width = static_cast<std::size_t>(*o.gpuname_width);
   } else {
-    for (const auto& g : data.gpus) width = std::max(width, g.device.name.size());
+    for (const auto& g : data.gpus)
+      width = std::max(
+          width, code_points(g.device.error ? invalid_gpu_name(*g.device.error) : g.device.name));
   }
   std::string out;
   if (o.show_header) {
     std::string driver = data.nvidia_driver.empty() ? data.amd_driver : data.nvidia_driver;
-    std::string h = fmt::format("{}{:<{}}{}  {}  {}{}{}", c(Palette::bold_white), data.hostname,
-                                width + 3, c(Palette::reset), ctime_text(data.query_time),
-                                c(Palette::gray), driver, c(Palette::reset));
+    std::string h =
+        fmt::format("{}{:<{}}{}  {}  {}{}{}", c(Palette::bold_white), data.hostname,
+                    (width ? width : 16) + 3, c(Palette::reset), ctime_text(data.query_time),
+                    c(Palette::gray), driver, c(Palette::reset));
     while (!h.empty() && h.back() == ' ') h.pop_back();
     out += h + "\n";
   }
   out += hooks.print_header();
   const bool power_limit = o.show_power.find("limit") != std::string::npos;
-  for (const auto& g : data.gpus) {
+  for (const auto& row : data.gpus) {
+    // A device that could not be queried is gpustat's InvalidGPU: its name says why, every
+    // value is unknown, its processes are not supported.
+    GpuRow invalid;
+    if (row.device.error) {
+      invalid.device.index = row.device.index;
+      invalid.device.name = invalid_gpu_name(*row.device.error);
+      invalid.fields = row.fields;
+    }
+    const auto& g = row.device.error ? invalid : row;
     const auto& d = g.device;
     const bool hot = d.temperature_c && *d.temperature_c >= 50;
     const bool busy = d.util_gpu && *d.util_gpu >= 30;
-    std::string r = fmt::format(
-        "{}[{}]{} {}{}{} |{}{:>3}°C{}, ", c(Palette::cyan), d.index, c(Palette::reset),
-        c(Palette::blue), fit_name(d.name.empty() ? "??" : d.name, width), c(Palette::reset),
-        c(hot ? Palette::bold_red : Palette::red), q(d.temperature_c), c(Palette::reset));
+    std::string r = fmt::format("{}[{}]{} ", c(Palette::cyan), d.index, c(Palette::reset));
+    if (width > 0)
+      r += fmt::format("{}{}{} |", c(row.device.error ? Palette::red : Palette::blue),
+                       fit_name(d.name.empty() ? "??" : d.name, width), c(Palette::reset));
+    r += fmt::format("{}{:>3}°C{}, ", c(hot ? Palette::bold_red : Palette::red), q(d.temperature_c),
+                     c(Palette::reset));
     if (o.show_fan) {
       const bool fast = d.fan_percent && *d.fan_percent >= 30;
       r += fmt::format("{}{:>3} %{}, ", c(fast ? Palette::bold_cyan : Palette::cyan),
@@ -500,23 +534,21 @@ std::string gpustat_text(const StatusData& data, StatusHooks& hooks, const Gpust
     if (!o.show_power.empty()) {
       const bool high = d.power_w && d.power_limit_w && *d.power_limit_w > 0 &&
                         *d.power_w / *d.power_limit_w >= 0.4;
-      r += fmt::format(",  {}{:>3}{} ", c(high ? Palette::bold_magenta : Palette::magenta),
+      r += fmt::format(",  {}{:>3}{}", c(high ? Palette::bold_magenta : Palette::magenta),
                        q(d.power_w), c(Palette::reset));
+      // gpustat: the unit only after the limit (`-P draw` prints the bare number)
       if (power_limit)
-        r += fmt::format("/ {}{:>3}{} {}W{}", c(Palette::magenta), q(d.power_limit_w),
-                         c(Palette::reset), c(Palette::magenta), c(Palette::reset));
-      else
-        r += fmt::format("{}W{}", c(Palette::magenta), c(Palette::reset));
+        r += fmt::format(" / {}{:>3} W{}", c(Palette::magenta), q(d.power_limit_w),
+                         c(Palette::reset));
     }
     std::optional<std::uint64_t> used, total;
     if (d.mem_used_bytes) used = *d.mem_used_bytes / (1024 * 1024);
     if (d.mem_total_bytes) total = *d.mem_total_bytes / (1024 * 1024);
-    r += fmt::format(" | {}{}{:>5}{} / {}{:>5}{} MB |", c(Palette::cyan), c(Palette::bold_yellow),
-                     q(used), c(Palette::reset), c(Palette::yellow), q(total), c(Palette::reset));
+    r += fmt::format(" | {}{:>5}{} / {}{:>5}{} MB", c(Palette::bold_yellow), q(used),
+                     c(Palette::reset), c(Palette::yellow), q(total), c(Palette::reset));
+    if (!o.no_processes) r += " |";  // gpustat: the bar only before process information
     std::vector<std::string> full;
-    if (d.error) {
-      r += fmt::format(" ({})", *d.error);
-    } else if (!o.no_processes) {
+    if (!o.no_processes) {
       if (!g.processes) {
         r += " (Not Supported)";
       } else {
@@ -555,8 +587,10 @@ std::string gpustat_text(const StatusData& data, StatusHooks& hooks, const Gpust
       if (auto pos = last.find("├"); pos != std::string::npos) last.replace(pos, 3, "└");
       for (const auto& f : full) r += "\n" + f;
     }
-    out += hooks.repr_gpu(g, r) + "\n";
+    out += hooks.repr_gpu(row, r) + "\n";
   }
+  if (data.gpus.empty())
+    out += fmt::format("{}(No GPUs are available){}\n", c(Palette::yellow), c(Palette::reset));
   out += hooks.print_footer();
   return out;
 }

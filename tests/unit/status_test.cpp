@@ -117,16 +117,16 @@ TEST(GpustatText, Flags) {
   ASSERT_EQ(f.size(), 4u);
   EXPECT_EQ(
       f[0],
-      "[0] NVIDIA A1… | 34°C,  12 % (D:   3 %),   71 W |  1234 / 40960 MB | alice(1200M) bob(34M)");
+      "[0] …SXM4-40GB | 34°C,  12 % (D:   3 %),   71 |  1234 / 40960 MB | alice(1200M) bob(34M)");
   EXPECT_EQ(f[1], " ├─   1200 ( 100%,  117MB): /usr/bin/python train.py");
   EXPECT_EQ(f[2], " └─   1300 (  --%,     0B): julia");
   EXPECT_EQ(f[3],
-            "[1] Tesla K80  | 30°C,  ?? % (D:  ?? %),   ?? W |     0 / 11441 MB | (Not Supported)");
+            "[1] Tesla K80  | 30°C,  ?? % (D:  ?? %),   ?? |     0 / 11441 MB | (Not Supported)");
   o = {};
   o.no_processes = true;
   o.show_header = false;
   EXPECT_EQ(lines(gpustat_text(sample(), hooks, o, false))[0],
-            "[0] NVIDIA A100-SXM4-40GB | 34°C,  12 % |  1234 / 40960 MB |");
+            "[0] NVIDIA A100-SXM4-40GB | 34°C,  12 % |  1234 / 40960 MB");
   // Colours only when asked.
   EXPECT_NE(gpustat_text(sample(), hooks, o, true).find("\x1b["), std::string::npos);
 }
