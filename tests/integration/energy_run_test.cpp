@@ -262,6 +262,27 @@ TEST(EnergyRun, RootOnlyCountersAreNotMeasured) {
   EXPECT_TRUE(s.at("energy_j").is_null()) << s.dump();
 }
 
+// `sonde status`: the host's power line (CPU packages from RAPL over the CPU window, GPUs).
+TEST(EnergyRun, StatusPowerLine) {
+  const fs::path dir = scratch_dir();
+  FakeRapl rapl(dir / "sys", kZones);
+  RunOptions o = env_for(dir / "sys");
+  o.env.push_back({"SONDE_NVML_LIBRARY", SONDE_FAKE_NVML});
+  o.env.push_back(
+      {"SONDE_FAKE_GPU_SCENARIO", std::string(SONDE_FAKE_SCENARIOS) + "/nvidia_energy.json"});
+  const RunResult text = run_command({sonde_binary(), "status", "--cpu-interval", "0.5"}, o);
+  ASSERT_EQ(text.status, 0) << text.describe();
+  EXPECT_NE(text.out.find("power  CPU packages "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("(package-0 "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("GPUs 300 W"), std::string::npos) << text.out;
+  const RunResult js =
+      run_command({sonde_binary(), "status", "--json", "--cpu-interval", "0.5"}, o);
+  ASSERT_EQ(js.status, 0) << js.describe();
+  const nlohmann::json host = nlohmann::json::parse(js.out).at("host");
+  EXPECT_NEAR(host.at("cpu_package_power_w").get<double>(), 40, 0.05 * 40) << js.out;
+  EXPECT_DOUBLE_EQ(host.at("gpu_power_w").get<double>(), 300);
+}
+
 // The fake NVML's energy counter (GPU 0 at 300 W, the workload holds 80 of its 90 % SM; GPU 1 at
 // 100 W, someone else's), without RAPL.
 TEST(EnergyRun, GpuEnergyPerLevel) {

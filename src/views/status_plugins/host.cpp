@@ -74,7 +74,8 @@ class HostPlugin : public sdk::StatusPlugin {
       const double dt = std::chrono::duration<double>(now.time - rapl_baseline_.time).count();
       for (std::size_t i = 0; i < zones_->size(); ++i) {
         rapl_denied_ = rapl_denied_ || now.denied;
-        if (dt > 0 && now.uj[i] && rapl_baseline_.uj[i])
+        // Less than 10 ms (--cpu-interval 0): too short for the counters' ~1 ms updates.
+        if (dt >= 0.01 && now.uj[i] && rapl_baseline_.uj[i])
           package_w_[i] = rapl::delta_joules((*zones_)[i], *rapl_baseline_.uj[i], *now.uj[i]) / dt;
       }
       rapl_baseline_ = now;
