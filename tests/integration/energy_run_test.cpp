@@ -197,7 +197,7 @@ TEST(EnergyRun, ColumnsInSqliteAndStream) {
                                    "--",
                                    workload_binary(),
                                    "sleep",
-                                   "0.6"};
+                                   "2"};
   const RunResult r = run_command(argv, env_for(dir / "sys"));
   ASSERT_EQ(r.status, 0) << r.describe();
   const RunResult ex =
