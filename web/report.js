@@ -58,6 +58,12 @@
       while (Math.abs(b) >= 1024 && i < u.length - 1) { b /= 1024; i++; }
       return (i === 0 ? b.toFixed(0) : b.toFixed(1)) + " " + u[i];
     }
+    function joules(j) {
+      if (j === null || j === undefined || !isFinite(j)) return "–";
+      if (Math.abs(j) >= 1e6) return (j / 1e6).toFixed(2) + " MJ";
+      if (Math.abs(j) >= 1e3) return (j / 1e3).toFixed(2) + " kJ";
+      return j.toFixed(1) + " J";
+    }
     function duration(s) {
       if (s === null || s === undefined || !isFinite(s)) return "–";
       if (s < 60) return s.toFixed(s < 10 ? 2 : 1) + " s";
@@ -142,22 +148,38 @@
     });
     table.appendChild(tbody);
     var totals = el("table", { class: "summary totals" });
-    totals.appendChild(el("thead", null, [el("tr", null, ["Level", "Read", "Written", "Sent",
-      "Received", "CPU time"].map(function (h) { return el("th", { text: h }); }))]));
+    // Energy (the energy collector; meta.energy per level): J, kWh and the CO2 estimate.
+    var energy = meta.energy || {};
+    var hasEnergy = Object.keys(energy).length > 0;
+    var totalHeads = ["Level", "Read", "Written", "Sent", "Received", "CPU time"];
+    if (hasEnergy) totalHeads = totalHeads.concat(["Energy", "CO2"]);
+    totals.appendChild(el("thead", null, [el("tr", null, totalHeads.map(function (h) {
+      return el("th", { text: h }); }))]));
     var tb2 = el("tbody");
     levelNames.forEach(function (l) {
       var L = summary.levels[l] || {}, T = L.totals || {};
-      tb2.appendChild(el("tr", null, [el("td", { class: "lvl", text: l }),
+      var cells = [el("td", { class: "lvl", text: l }),
         el("td", { class: "n", text: bytes(T.read_bytes) }),
         el("td", { class: "n", text: bytes(T.written_bytes) }),
         el("td", { class: "n", text: bytes(T.net_sent_bytes) }),
         el("td", { class: "n", text: bytes(T.net_recv_bytes) }),
-        el("td", { class: "n", text: L.cpu_seconds !== undefined ? duration(L.cpu_seconds) : "–" })]));
+        el("td", { class: "n", text: L.cpu_seconds !== undefined ? duration(L.cpu_seconds) : "–" })];
+      if (hasEnergy) {
+        var E = energy[l];
+        cells.push(el("td", { class: "n energy", text: E ? joules(E.joules) + " (" +
+          E.kwh.toPrecision(3) + " kWh)" : "–" }));
+        cells.push(el("td", { class: "n co2", text: E && E.co2_g !== null ?
+          E.co2_g.toPrecision(3) + " g" : "–" }));
+      }
+      tb2.appendChild(el("tr", null, cells));
     });
     totals.appendChild(tb2);
     app.appendChild(el("section", { class: "card" }, [el("h2", { text: "Summary" }),
       el("div", { class: "tables" }, [table, el("div", null, [
-        el("h3", { text: "Totals (I/O and network rates integrated over time)" }), totals])])]));
+        el("h3", { text: "Totals (I/O and network rates integrated over time" + (hasEnergy ?
+          "; energy over the domains that do not overlap, CO2 at " +
+          ((meta.node.energy || {}).carbon_intensity_g_per_kwh) + " g/kWh" : "") + ")" }),
+        totals])])]));
 
     if (data.cells && data.cells.length) {
       var ct = el("table", { class: "summary cells" });

@@ -265,10 +265,18 @@ class SondeMagics(Magics):
         data = self._need_data()
         window = self._window(cells)
         try:
-            return data.summarize_native(window, self.history.cells)
+            summary = data.summarize_native(window, self.history.cells)
+            frames = None
         except TypeError:  # the extension was built without summarize_run
-            return reporting.summarize_py({lvl: data.frame(lvl) for lvl in data.levels},
-                                          data.manifest(), window)
+            frames = {lvl: data.frame(lvl) for lvl in data.levels}
+            summary = reporting.summarize_py(frames, data.manifest(), window)
+        # Energy per level over the cells (the energy collector's cumulative columns).
+        manifest = data.manifest()
+        if ((manifest.get("node_info") or {}).get("energy") or {}).get("domains"):
+            if frames is None:
+                frames = {lvl: data.frame(lvl) for lvl in data.levels}
+            reporting.add_energy(summary, frames, manifest, window)
+        return summary
 
     def _show_report(self, cells, level, text):
         from IPython.display import HTML, display

@@ -99,6 +99,73 @@ def summarize_py(frames, manifest, window=None):
     return out
 
 
+def add_energy(summary, frames, manifest, window=None):
+    """Adds each level's energy in `window` (epoch seconds; None: the whole session) to
+    summary["levels"][level]["energy"]: joules per domain of the energy collector
+    (manifest node_info.energy.domains; docs/energy.md), their total over the domains that do not
+    overlap (node_info.energy.counted), kWh and the CO2 estimate at the run's carbon intensity.
+
+    energy_joules_<i> is cumulative since the first tick, and a row covers the interval that ends
+    at it: the energy of the rows in the window is the last measured value in it less the last
+    measured value before it (0 before the first row)."""
+    en = (manifest.get("node_info") or {}).get("energy") or {}
+    domains = en.get("domains") or []
+    counted = set(en.get("counted") or [])
+    intensity = _num(en.get("carbon_intensity_g_per_kwh"))
+    if not domains:
+        return summary
+    for level, df in frames.items():
+        L = (summary.get("levels") or {}).get(level)
+        if L is None:
+            continue
+        wc = df["wallclock"].tolist()
+        idx = [i for i, w in enumerate(wc) if window is None or window[0] <= w <= window[1]]
+        if not idx:
+            continue
+        by, total, any_counted = {}, 0.0, False
+        for i, d in enumerate(domains):
+            name = f"energy_joules_{i}"
+            if name not in df.columns:
+                continue
+            vals = df[name].tolist()
+            inside = [vals[k] for k in idx if _num(vals[k]) is not None]
+            if not inside:
+                continue
+            before = [vals[k] for k in range(idx[0]) if _num(vals[k]) is not None]
+            joules = inside[-1] - (before[-1] if before else 0.0)
+            by[d] = joules
+            if d in counted:
+                total += joules
+                any_counted = True
+        if not any_counted:
+            continue
+        L["energy"] = {"joules": total, "kwh": total / 3.6e6,
+                       "co2_g": total / 3.6e6 * intensity if intensity is not None else None,
+                       "carbon_intensity_g_per_kwh": intensity, "by_domain_j": by}
+    return summary
+
+
+def _joules(j):
+    if abs(j) >= 1e6:
+        return f"{j / 1e6:.2f} MJ"
+    if abs(j) >= 1e3:
+        return f"{j / 1e3:.2f} kJ"
+    return f"{j:.1f} J"
+
+
+def energy_line(L):
+    """'1.23 kJ (0.000342 kWh; package-0 1.00 kJ, gpu-0 230.0 J), CO2 0.16 g at 480 g/kWh' or
+    None without energy."""
+    E = L.get("energy")
+    if not E:
+        return None
+    parts = ", ".join(f"{d} {_joules(v)}" for d, v in (E.get("by_domain_j") or {}).items())
+    line = f"{_joules(E['joules'])} ({E['kwh']:.6f} kWh" + (f"; {parts})" if parts else ")")
+    if E.get("co2_g") is not None:
+        line += f", CO2 {E['co2_g']:.3g} g at {E['carbon_intensity_g_per_kwh']:g} g/kWh"
+    return line
+
+
 def level_tags(summary, level):
     """The bottleneck tags of a level: summarize_run's for its main level, the same rules
     (core/summary.cpp, run_data.cpp) applied to the level's groups otherwise."""
@@ -210,6 +277,8 @@ def render_text(summary, level, title):
                      f"{_fmt(r['min'], r['unit']):>10}{_fmt(r['max'], r['unit']):>10}"
                      f"{_fmt(r['limit'], r['unit']):>10}")
     lines.append("totals: " + _totals_line(L))
+    if energy_line(L):
+        lines.append("energy: " + energy_line(L))
     tags = level_tags(summary, level)
     lines.append("tags: " + (", ".join(tags) if tags else "none"))
     return "\n".join(lines)
@@ -236,4 +305,5 @@ def render_html(summary, level, title):
             "<table class='summary sonde-report-table'><thead><tr><th>Metric</th><th>Mean</th>"
             "<th>Min</th><th>Max</th><th>Limit</th></tr></thead><tbody>" + "".join(rows)
             + f"</tbody></table><div>totals: {e(_totals_line(L))}</div>"
-            f"<div class='tags'>tags: {tag_html}</div></div>")
+            + (f"<div class='energy'>energy: {e(energy_line(L))}</div>" if energy_line(L) else "")
+            + f"<div class='tags'>tags: {tag_html}</div></div>")

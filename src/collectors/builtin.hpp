@@ -12,6 +12,7 @@ CollectorInfo network_info();
 CollectorInfo procs_info();
 /// "": every GPU (sonde.collectors.gpu); "nvidia" (gpu_nvml) or "amd" (gpu_rocm): one vendor.
 CollectorInfo gpu_info(const std::string& vendor = {});
+CollectorInfo energy_info();
 
 /// Members of `level` in this tick's snapshot (system: none; system collectors read node files).
 inline const std::vector<std::uint32_t>& members(const TickContext& ctx, Level level) {

@@ -12,6 +12,7 @@ void register_builtin_collectors(Registry& registry) {
   registry.add(collectors::gpu_info());
   registry.add(collectors::gpu_info("nvidia"));
   registry.add(collectors::gpu_info("amd"));
+  registry.add(collectors::energy_info());
 }
 
 }  // namespace sonde

@@ -72,6 +72,15 @@ collectors:
     _target_: sonde.collectors.gpu
     inject: []
     handler: {_target_: PerDeviceMultiAggregateHandler, prefix: gpu_, metrics: [util, band, mem, power]}
+  # Energy (RAPL powercap, NVML, ROCm SMI): power W and energy since the start J per domain,
+  # energy_power_0..N-1|avg|min|max, energy_joules_*; entry i is manifest node_info.energy.domains[i].
+  # Unavailable without RAPL and GPUs (docs/energy.md). Parameters: carbon_intensity (g CO2/kWh
+  # for the summary's CO2 estimate; default 480, the 2023 world average of Ember's Global
+  # Electricity Review 2024), gpus (default true).
+  energy:
+    _target_: sonde.collectors.energy
+    inject: []
+    handler: {_target_: PerDeviceMultiAggregateHandler, prefix: energy_, metrics: [power, joules]}
 )";
 
 /// What a handler argument must be, for "needs ..." messages.

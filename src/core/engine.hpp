@@ -94,10 +94,11 @@ class Engine {
   std::uint64_t degraded_since_tick() const { return degraded_since_tick_; }
   const ProcSnapshot& procs() const { return scanner_->last(); }
   ProcScanner& scanner() { return *scanner_; }
+  /// A warning through EngineOptions::warn (default: stderr); the Sampler's go here too.
+  void warn(const std::string& msg) const;
 
  private:
   Engine() = default;
-  void warn(const std::string& msg) const;
   void record_failure(CollectorSlot& slot, const std::string& message);
   /// Runs one collector for every level of this tick; returns an error message or "".
   std::string collect_slot(CollectorSlot& slot, const TickContext& ctx);

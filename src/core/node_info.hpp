@@ -37,6 +37,13 @@ struct NodeInfo {
   int num_gpus = 0;
   std::string gpu_name;
   double gpu_memory_gib = 0;
+  /// Energy domains (sonde.collectors.energy): entry i of energy_power_* / energy_joules_*.
+  struct Energy {
+    std::vector<std::string> domains;  ///< package-0, core-0, dram-0, psys, gpu-0, …
+    std::vector<std::string> counted;  ///< those in the node's total (none counted twice)
+    std::string method;                ///< how non-system levels get their share
+    double carbon_intensity_g_per_kwh = 0;
+  } energy;
 };
 
 /// What is known about the target before sampling starts.

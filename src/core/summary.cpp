@@ -107,6 +107,50 @@ void gpu_summary(nlohmann::json& j, TagInputs& in, const RunStats& stats, Level 
   in.gpu_memory_gib = node.gpu_memory_gib;
 }
 
+// Energy part of the summary (sonde.collectors.energy): the level's joules per domain (the last
+// value of its cumulative energy_joules_<i> column), their total over the domains that are not
+// inside another one (NodeInfo::energy.counted), kWh and the CO2 estimate.
+void energy_summary(nlohmann::json& j, const RunStats& stats, Level level, const NodeInfo& node) {
+  j["energy_j"] = nlohmann::json();
+  j["energy_kwh"] = nlohmann::json();
+  j["co2_g"] = nlohmann::json();
+  j["energy_by_domain_j"] = nlohmann::json::object();
+  j["energy_node_j"] = nlohmann::json();
+  const auto& e = node.energy;
+  j["carbon_intensity_g_per_kwh"] =
+      e.domains.empty() ? nlohmann::json() : nlohmann::json(e.carbon_intensity_g_per_kwh);
+  if (e.domains.empty()) return;
+  auto total_at = [&](Level l, nlohmann::json* by_domain) -> std::optional<double> {
+    double total = 0;
+    bool any = false;
+    for (std::size_t i = 0; i < e.domains.size(); ++i) {
+      const auto* c = stats.find(l, fmt::format("energy_joules_{}", i));
+      if (c == nullptr || c->count == 0) continue;
+      if (by_domain) (*by_domain)[e.domains[i]] = c->max;
+      if (std::find(e.counted.begin(), e.counted.end(), e.domains[i]) == e.counted.end()) continue;
+      total += c->max;
+      any = true;
+    }
+    return any ? std::optional<double>(total) : std::nullopt;
+  };
+  nlohmann::json by_domain = nlohmann::json::object();
+  const auto total = total_at(level, &by_domain);
+  j["energy_by_domain_j"] = by_domain;
+  if (total) {
+    j["energy_j"] = *total;
+    j["energy_kwh"] = *total / 3.6e6;
+    j["co2_g"] = *total / 3.6e6 * e.carbon_intensity_g_per_kwh;
+  }
+  if (level != Level::system)
+    if (auto node_total = total_at(Level::system, nullptr)) j["energy_node_j"] = *node_total;
+}
+
+std::string joules_text(double j) {
+  if (std::fabs(j) >= 1e6) return fmt::format("{:.2f} MJ", j / 1e6);
+  if (std::fabs(j) >= 1e3) return fmt::format("{:.2f} kJ", j / 1e3);
+  return fmt::format("{:.1f} J", j);
+}
+
 }  // namespace
 
 std::vector<std::string> bottleneck_tags(const TagInputs& in) {
@@ -174,6 +218,7 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   j["net_sent_bytes"] = integral(Level::system, "net_bytes_sent");
   j["net_recv_bytes"] = integral(Level::system, "net_bytes_recv");
   gpu_summary(j, in, stats, level, node);
+  energy_summary(j, stats, level, node);
   j["tags"] = bottleneck_tags(in);
   return j;
 }
@@ -222,6 +267,19 @@ std::string summary_text(const nlohmann::json& s) {
         num("gpu_mem_peak_gib").value_or(0), num("gpu_memory_gib").value_or(0),
         num("gpu_power_mean_w") ? fmt::format("{:.0f} W", *num("gpu_power_mean_w"))
                                 : std::string("??"));
+  if (auto e = num("energy_j")) {
+    std::string parts;
+    if (s.contains("energy_by_domain_j"))
+      for (const auto& [domain, v] : s["energy_by_domain_j"].items())
+        parts += (parts.empty() ? "" : ", ") + domain + " " + joules_text(v.get<double>());
+    out += fmt::format("  energy       {} ({:.3g} kWh): {}\n", joules_text(*e),
+                       num("energy_kwh").value_or(0), parts);
+    out += fmt::format("  CO2          {:.3g} g at {:g} g CO2/kWh (carbon_intensity){}\n",
+                       num("co2_g").value_or(0), num("carbon_intensity_g_per_kwh").value_or(0),
+                       num("energy_node_j") ? fmt::format("; the whole node used {}",
+                                                          joules_text(*num("energy_node_j")))
+                                            : std::string());
+  }
   if (auto n = num("net_sent_bytes"))
     out += fmt::format("  network      sent {}, received {} (whole node)\n", bytes_text(*n),
                        bytes_text(num("net_recv_bytes").value_or(0)));

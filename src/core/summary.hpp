@@ -64,7 +64,8 @@ std::vector<std::string> bottleneck_tags(const TagInputs& in);
 /// cpu_mean_cores, cpu_peak_cores, memory_peak_gib, memory_limit_gib, read_bytes,
 /// written_bytes, net_sent_bytes, net_recv_bytes, tags, level, run_dir, ticks; GPUs: num_gpus,
 /// gpu_name, gpu_memory_gib, gpus_used, gpu_util_mean, gpu_band_mean, gpu_mem_peak_gib,
-/// gpu_power_mean_w, gpu_energy_j).
+/// gpu_power_mean_w, gpu_energy_j; energy collector: energy_j (over NodeInfo::energy.counted),
+/// energy_kwh, co2_g, carbon_intensity_g_per_kwh, energy_by_domain_j, energy_node_j).
 nlohmann::json summary_json(const Engine& engine, const RunStats& stats, const RunOutcome& outcome);
 
 /// The same, as text for a terminal.

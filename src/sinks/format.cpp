@@ -56,6 +56,11 @@ nlohmann::json node_info_json(const Engine& engine) {
   j["num_gpus"] = n.num_gpus;
   j["gpu_name"] = n.gpu_name;
   j["gpu_memory_gib"] = n.gpu_memory_gib;
+  if (!n.energy.domains.empty())
+    j["energy"] = {{"domains", n.energy.domains},
+                   {"counted", n.energy.counted},
+                   {"method", n.energy.method},
+                   {"carbon_intensity_g_per_kwh", n.energy.carbon_intensity_g_per_kwh}};
   return j;
 }
 

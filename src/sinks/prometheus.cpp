@@ -207,6 +207,17 @@ const KnownPrefix kKnownPrefixes[] = {
     {"gpu_power_",
      "gpu",
      {"sonde_gpu_power_watts", Type::gauge, "watts", 1, false, "GPU power draw."}},
+    // The energy collector: entry N is the domain NodeInfo::energy.domains[N] (package-0, dram-0,
+    // gpu-0, ...; docs/energy.md).
+    {"energy_power_",
+     "domain",
+     {"sonde_energy_power_watts", Type::gauge, "watts", 1, false,
+      "Power of an energy domain (RAPL package, core, uncore, dram, psys; a GPU) over the last "
+      "interval."}},
+    {"energy_joules_",
+     "domain",
+     {"sonde_energy_joules", Type::counter, "joules", 1, false,
+      "Energy used by an energy domain since sonde started (RAPL, NVML, ROCm SMI counters)."}},
 };
 
 std::optional<std::size_t> device_index(std::string_view column, std::string_view prefix) {
@@ -306,7 +317,10 @@ Exporter::Exporter(const Engine& engine, ExporterOptions options) : options_(opt
             int id = static_cast<int>(*n);
             if (std::string_view(k.label) == "cpu" && *n < node.system_cpu_ids.size())
               id = node.system_cpu_ids[*n];
-            labels.push_back({k.label, std::to_string(id)});
+            if (std::string_view(k.label) == "domain" && *n < node.energy.domains.size())
+              labels.push_back({k.label, node.energy.domains[*n]});
+            else
+              labels.push_back({k.label, std::to_string(id)});
             break;
           }
           if (is_aggregate(name, k.prefix) && name != "cpu_util_avg") {
@@ -386,6 +400,8 @@ void Exporter::update(const Engine& engine, const Engine::Tick& tick, double tic
     const double v = m.column < row.size() ? row[m.column] : kNaN;
     double& out = families_[m.family].samples[m.sample].value;
     if (!m.integrate) {
+      // A counter keeps its last value while its source is not measured (a domain gone).
+      if (std::isnan(v) && families_[m.family].type == Type::counter) continue;
       out = v * m.scale;
       continue;
     }

@@ -1,5 +1,7 @@
 #include "views/report.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -121,6 +123,59 @@ double json_number(const nlohmann::json& j, const char* key) {
   if (j.is_object() && j.contains(key) && j[key].is_number()) return j[key].get<double>();
   return std::numeric_limits<double>::quiet_NaN();
 }
+// The energy collector's figures (docs/energy.md): its domains name the series of the energy
+// charts, and each level's energy (the last value of its cumulative energy_joules_<i> columns,
+// summed over the domains of node_info.energy.counted) goes to the totals table with kWh and CO2.
+std::vector<std::string> energy_domains(const nlohmann::json& node, const char* key) {
+  std::vector<std::string> out;
+  if (!node.contains("energy") || !node["energy"].is_object() || !node["energy"].contains(key) ||
+      !node["energy"][key].is_array())
+    return out;
+  for (const auto& d : node["energy"][key])
+    out.push_back(d.is_string() ? d.get<std::string>() : "");
+  return out;
+}
+
+void label_energy_series(nlohmann::json& charts, const std::vector<std::string>& domains) {
+  for (auto& chart : charts)
+    for (auto& s : chart["series"]) {
+      const std::string col = s["column"].get<std::string>();
+      for (const std::string prefix : {"energy_power_", "energy_joules_"}) {
+        if (col.rfind(prefix, 0) != 0) continue;
+        const std::string rest = col.substr(prefix.size());
+        if (rest.empty() || !std::all_of(rest.begin(), rest.end(), ::isdigit)) continue;
+        const std::size_t i = std::stoul(rest);
+        if (i < domains.size()) s["label"] = domains[i];
+      }
+    }
+}
+
+nlohmann::json level_energy(const LevelTable& t, const nlohmann::json& node) {
+  const auto domains = energy_domains(node, "domains");
+  const auto counted = energy_domains(node, "counted");
+  double total = 0;
+  bool any = false;
+  for (std::size_t i = 0; i < domains.size(); ++i) {
+    if (std::find(counted.begin(), counted.end(), domains[i]) == counted.end()) continue;
+    const auto c = t.find(fmt::format("energy_joules_{}", i));
+    if (!c) continue;
+    double last = std::numeric_limits<double>::quiet_NaN();
+    for (const auto& row : t.rows)
+      if (*c < row.size() && std::isfinite(row[*c]))
+        last = std::max(std::isnan(last) ? 0 : last, row[*c]);
+    if (std::isnan(last)) continue;
+    total += last;
+    any = true;
+  }
+  if (!any) return nullptr;
+  double intensity = std::numeric_limits<double>::quiet_NaN();
+  if (node["energy"].contains("carbon_intensity_g_per_kwh") &&
+      node["energy"]["carbon_intensity_g_per_kwh"].is_number())
+    intensity = node["energy"]["carbon_intensity_g_per_kwh"].get<double>();
+  nlohmann::json j = {{"joules", total}, {"kwh", total / 3.6e6}};
+  j["co2_g"] = std::isfinite(intensity) ? nlohmann::json(total / 3.6e6 * intensity) : nullptr;
+  return j;
+}
 }  // namespace
 
 std::string report_data_json(const RunData& run, const ReportOptions& options) {
@@ -147,6 +202,11 @@ std::string report_data_json(const RunData& run, const ReportOptions& options) {
   meta["sonde_version"] = m.value("sonde_version", std::string());
   meta["source"] = run.source;
   meta["node"] = node;
+  nlohmann::json energy = nlohmann::json::object();
+  for (const LevelTable& t : run.levels)
+    if (auto e = level_energy(t, node); !e.is_null()) energy[std::string(level_name(t.level))] = e;
+  meta["energy"] = energy;
+  const auto domains = energy_domains(node, "domains");
   nlohmann::json cells = nlohmann::json::array();
   for (const auto& c : run.cells)
     cells.push_back({{"index", c.index},
@@ -178,8 +238,10 @@ std::string report_data_json(const RunData& run, const ReportOptions& options) {
     const double cpus = level_num_cpus(node, t.level);
     limits["cpu_count"] = std::isfinite(cpus) ? nlohmann::json(cpus) : nlohmann::json();
 
+    nlohmann::json charts = resolve_charts(options.charts, t.columns);
+    label_energy_series(charts, domains);
     fmt::format_to(std::back_inserter(out), "{{\"level\":\"{}\",\"limits\":{},\"charts\":{},",
-                   lname, limits.dump(), resolve_charts(options.charts, t.columns).dump());
+                   lname, limits.dump(), charts.dump());
     out += "\"t\":[";
     for (std::size_t i = 0; i < t.rows.size(); ++i) {
       if (i) out += ',';

@@ -18,6 +18,8 @@ using fake::json;
 
 struct State {
   bool initialised = false;
+  int refs = 0;         // nvmlInit calls not yet matched by nvmlShutdown (NVML counts them)
+  double loaded_s = 0;  // when the scenario was read (energy_rate_mw)
   json scenario;
   std::vector<nvmlDevice_st> handles;
   fake::Pids pids;
@@ -129,6 +131,10 @@ extern "C" {
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() {
   State& s = state();
+  if (s.initialised) {  // as NVML: a nested init only counts; the scenario stays
+    ++s.refs;
+    return NVML_SUCCESS;
+  }
   json scenario;
   std::string error;
   if (!fake::load_scenario("SONDE_FAKE_NVML_SCENARIO", scenario, error)) {
@@ -144,13 +150,17 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() {
   s.size_failures.assign(n, 0);
   s.util_call.assign(n, 0);
   s.initialised = true;
+  s.refs = 1;
+  s.loaded_s = fake::monotonic_s();
   return NVML_SUCCESS;
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlInit() {
   return nvmlInit_v2();
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown() {
-  state().initialised = false;
+  State& s = state();
+  if (s.refs > 0) --s.refs;
+  s.initialised = s.refs > 0;
   return NVML_SUCCESS;
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlSystemGetDriverVersion(char* buf,
@@ -257,7 +267,12 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEnforcedPowerLi
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(
     nvmlDevice_t h, unsigned long long* mj) {
-  return number(h, "energy", "energy_mj", mj);
+  const nvmlReturn_t r = number(h, "energy", "energy_mj", mj);
+  if (r != NVML_SUCCESS) return r;
+  const json& dev = state().scenario["devices"][h->index];
+  *mj =
+      static_cast<unsigned long long>(fake::energy_mj(dev, state().loaded_s, fake::monotonic_s()));
+  return NVML_SUCCESS;
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEncoderUtilization(
     nvmlDevice_t h, unsigned* u, unsigned* period_us) {

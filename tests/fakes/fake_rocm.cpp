@@ -18,6 +18,8 @@ constexpr uint64_t kMiB = 1024ULL * 1024ULL;
 
 struct State {
   bool initialised = false;
+  int refs = 0;         // rsmi_init calls not yet matched by rsmi_shut_down (ROCm SMI counts them)
+  double loaded_s = 0;  // when the scenario was read (energy_rate_mw)
   json scenario;
   fake::Pids pids;
 };
@@ -79,6 +81,10 @@ extern "C" {
 
 FAKE_EXPORT rsmi_status_t rsmi_init(uint64_t) {
   State& s = state();
+  if (s.initialised) {  // as ROCm SMI: a nested init only counts; the scenario stays
+    ++s.refs;
+    return RSMI_STATUS_SUCCESS;
+  }
   json scenario;
   std::string error;
   if (!fake::load_scenario("SONDE_FAKE_ROCM_SCENARIO", scenario, error)) {
@@ -90,10 +96,14 @@ FAKE_EXPORT rsmi_status_t rsmi_init(uint64_t) {
   s.scenario = std::move(scenario);
   if (!s.scenario.contains("devices")) s.scenario["devices"] = json::array();
   s.initialised = true;
+  s.refs = 1;
+  s.loaded_s = fake::monotonic_s();
   return RSMI_STATUS_SUCCESS;
 }
 FAKE_EXPORT rsmi_status_t rsmi_shut_down() {
-  state().initialised = false;
+  State& s = state();
+  if (s.refs > 0) --s.refs;
+  s.initialised = s.refs > 0;
   return RSMI_STATUS_SUCCESS;
 }
 FAKE_EXPORT rsmi_status_t rsmi_num_monitor_devices(uint32_t* n) {
@@ -167,6 +177,10 @@ FAKE_EXPORT rsmi_status_t rsmi_dev_energy_count_get(uint32_t dv, uint64_t* count
   if (res != nullptr) *res = 15.3f;  // microjoules per count
   if (stamp != nullptr) *stamp = 0;
   rsmi_status_t r = number(dv, "energy", "energy_mj", counter, 1000.0 / 15.3);
+  if (r != RSMI_STATUS_SUCCESS) return r;
+  const json& dev = state().scenario["devices"][dv];
+  *counter = static_cast<uint64_t>(fake::energy_mj(dev, state().loaded_s, fake::monotonic_s()) *
+                                   1000.0 / 15.3);
   return r;
 }
 FAKE_EXPORT rsmi_status_t rsmi_compute_process_info_get(rsmi_process_info_t* procs, uint32_t* n) {

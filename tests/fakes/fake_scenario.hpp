@@ -2,6 +2,7 @@
 // Scenario files of the fake GPU libraries (see README.md in this directory): loading, pid
 // placeholders, "not supported" lists. Header-only, compiled into each fake library.
 #include <dirent.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,19 @@
 namespace fake {
 
 using nlohmann::json;
+
+/// CLOCK_MONOTONIC seconds.
+inline double monotonic_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+/// A device's energy counter in millijoules at `now_s`: `energy_mj`, plus `energy_rate_mw`
+/// (mW = mJ/s) for every second since `loaded_s` (the initialisation that read the scenario).
+inline double energy_mj(const json& dev, double loaded_s, double now_s) {
+  return dev.value("energy_mj", 0.0) + dev.value("energy_rate_mw", 0.0) * (now_s - loaded_s);
+}
 
 /// The scenario named by `specific_env` (e.g. SONDE_FAKE_NVML_SCENARIO), else
 /// SONDE_FAKE_GPU_SCENARIO. Returns false with `error` set when there is none or it is not JSON.

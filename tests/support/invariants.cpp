@@ -21,7 +21,8 @@ bool starts_with(const std::string& s, const char* prefix) {
 // Columns sonde's built-in collectors write; plugin columns may legitimately be negative.
 bool builtin_column(const std::string& c) {
   return starts_with(c, "cpu_util_") || c == "memory" || starts_with(c, "io_") ||
-         starts_with(c, "net_") || starts_with(c, "gpu_") || c == "num_procs";
+         starts_with(c, "net_") || starts_with(c, "gpu_") || starts_with(c, "energy_") ||
+         c == "num_procs";
 }
 
 struct Level {

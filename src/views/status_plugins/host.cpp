@@ -1,9 +1,12 @@
 // Host lines of `sonde status`: CPU utilisation per core (two /proc/stat reads around the query,
 // at least --cpu-interval apart; in watch mode the previous refresh is the baseline), load
-// average, memory and swap. Its fields are the "host" object of --json.
+// average, memory and swap, and the node's power draw: the CPU packages' RAPL counters over the
+// same window (powercap sysfs, src/core/rapl.cpp) and the GPUs' power. Its fields are the "host"
+// object of --json.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 
@@ -12,6 +15,7 @@
 
 #include "core/fs.hpp"
 #include "core/procfs.hpp"
+#include "core/rapl.hpp"
 #include "views/status.hpp"
 #include "views/status_plugins/builtin.hpp"
 
@@ -28,6 +32,22 @@ class HostPlugin : public sdk::StatusPlugin {
     if (!baseline_) {
       baseline_ = read_stat(s);
       baseline_time_ = Clock::now();
+    }
+    if (!zones_) {
+      // The sysfs root as `sonde status` sees it ($SONDE_SYS_ROOT in the tests, as for /proc).
+      const char* sys = std::getenv("SONDE_SYS_ROOT");
+      zones_ = rapl::discover(sys && *sys ? sys : "/sys");
+      std::erase_if(*zones_, [](const rapl::Zone& z) { return z.kind != "package"; });
+      rapl_baseline_ = read_rapl();
+    }
+    gpu_power_w_ = 0;
+    gpu_power_known_ = 0;
+  }
+
+  void query_device(sdk::Status&, sdk::Gpu& g) override {
+    if (auto w = g.number("power_w")) {
+      gpu_power_w_ += *w;
+      ++gpu_power_known_;
     }
   }
 
@@ -47,6 +67,27 @@ class HostPlugin : public sdk::StatusPlugin {
       baseline_ = now;  // the next refresh (watch mode) measures from here
       baseline_time_ = Clock::now();
     }
+    package_w_.assign(zones_ ? zones_->size() : 0, std::nullopt);
+    rapl_denied_ = false;
+    if (zones_ && !zones_->empty()) {
+      const auto now = read_rapl();
+      const double dt = std::chrono::duration<double>(now.time - rapl_baseline_.time).count();
+      for (std::size_t i = 0; i < zones_->size(); ++i) {
+        rapl_denied_ = rapl_denied_ || now.denied;
+        // Less than 10 ms (--cpu-interval 0): too short for the counters' ~1 ms updates.
+        if (dt >= 0.01 && now.uj[i] && rapl_baseline_.uj[i])
+          package_w_[i] = rapl::delta_joules((*zones_)[i], *rapl_baseline_.uj[i], *now.uj[i]) / dt;
+      }
+      rapl_baseline_ = now;
+      double total = 0;
+      bool all = true;
+      for (const auto& w : package_w_) {
+        if (w) total += *w;
+        all = all && w.has_value();
+      }
+      if (all) s.set("cpu_package_power_w", total);
+    }
+    if (gpu_power_known_ > 0) s.set("gpu_power_w", gpu_power_w_);
     s.set("cpus", static_cast<double>(baseline_ ? baseline_->per_cpu.size() : 0));
     std::vector<double> known;
     for (const auto& v : per_core_)
@@ -124,6 +165,32 @@ class HostPlugin : public sdk::StatusPlugin {
           fmt::format("  swap {} / {}", human_bytes(*mem_.swap_total_bytes - *mem_.swap_free_bytes),
                       human_bytes(*mem_.swap_total_bytes));
     text.append(cpu + "\n" + mem + "\n");
+    // Power: CPU packages (RAPL) and GPUs, when the node has either.
+    if ((zones_ && !zones_->empty()) || gpu_power_known_ > 0) {
+      std::string power = fmt::format("{}power{}", col(Palette::bold), col(Palette::reset));
+      if (zones_ && !zones_->empty()) {
+        std::string parts;
+        double total = 0;
+        bool all = true;
+        for (std::size_t i = 0; i < zones_->size(); ++i) {
+          const auto& w = package_w_.size() > i ? package_w_[i] : std::nullopt;
+          parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", (*zones_)[i].label,
+                               w ? fmt::format("{:.0f} W", *w) : std::string("??"));
+          if (w) total += *w;
+          all = all && w.has_value();
+        }
+        power += all ? fmt::format("  CPU packages {}{:.0f} W{} ({})", col(Palette::bold_yellow),
+                                   total, col(Palette::reset), parts)
+                     : fmt::format("  CPU packages ?? ({}{})", parts,
+                                   rapl_denied_ ? "; energy_uj is readable only by root, see "
+                                                  "docs/energy.md"
+                                                : "");
+      }
+      if (gpu_power_known_ > 0)
+        power += fmt::format("  GPUs {}{:.0f} W{}", col(Palette::bold_yellow), gpu_power_w_,
+                             col(Palette::reset));
+      text.append(power + "\n");
+    }
   }
 
  private:
@@ -140,6 +207,28 @@ class HostPlugin : public sdk::StatusPlugin {
            static_cast<double>(b.total() - a.total());
   }
 
+  struct RaplReading {
+    std::vector<std::optional<double>> uj;
+    Clock::time_point time;
+    bool denied = false;
+  };
+  RaplReading read_rapl() const {
+    RaplReading r;
+    r.time = Clock::now();
+    for (const auto& z : *zones_) {
+      const rapl::Reading one = rapl::read_energy(z);
+      r.uj.push_back(one.uj);
+      r.denied = r.denied || one.denied;
+    }
+    return r;
+  }
+
+  std::optional<std::vector<rapl::Zone>> zones_;  ///< the CPU packages' RAPL zones
+  RaplReading rapl_baseline_;
+  std::vector<std::optional<double>> package_w_;
+  bool rapl_denied_ = false;
+  double gpu_power_w_ = 0;
+  int gpu_power_known_ = 0;
   std::optional<procfs::ProcStat> baseline_;
   Clock::time_point baseline_time_;
   std::vector<std::optional<double>> per_core_;
@@ -151,7 +240,7 @@ class HostPlugin : public sdk::StatusPlugin {
 }  // namespace
 
 StatusPluginRef host_status_plugin() {
-  return {"host", "host CPU, load, memory and swap", 0, "builtin",
+  return {"host", "host CPU, load, memory, swap and power (CPU packages, GPUs)", 0, "builtin",
           sdk::detail::StatusAdapter<HostPlugin>::table()};
 }
 
