@@ -812,6 +812,9 @@ Result<void> write_run_dir(const RunData& run, const std::string& dir) {
   if (!dir_fd) return dir_fd.error();
   nlohmann::json manifest = run.manifest;
   nlohmann::json files = nlohmann::json::object();
+  // The levels written, whatever the stored manifest says (a damaged one must not make the export
+  // unreadable).
+  nlohmann::json levels = nlohmann::json::array();
   std::string text;
   for (const LevelTable& t : run.levels) {
     const std::string name = fmt::format("perf_{}.csv", level_name(t.level));
@@ -835,7 +838,9 @@ Result<void> write_run_dir(const RunData& run, const std::string& dir) {
     if (auto ok = replace_file_in(dir_fd->get(), name, text, dir + "/" + name); !ok)
       return ok.error();
     files[std::string(level_name(t.level))] = name;
+    levels.push_back(std::string(level_name(t.level)));
   }
+  manifest["levels"] = levels;
   manifest["files"] = files;
   manifest["exported_from"] = run.source;
   return replace_file_in(dir_fd->get(), "manifest.json", manifest.dump(2) + "\n",
