@@ -1,7 +1,8 @@
 """Where things are: the repository, the bench directory and the benchmark build."""
 import os
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
+# This file is bench/benchlib/paths.py.
+BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(BENCH)
 BUILD = os.path.join(ROOT, "build-bench")
 BUILD_C = os.path.join(BUILD, "bench-c")
