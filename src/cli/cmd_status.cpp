@@ -23,8 +23,8 @@
 #include "cli/commands.hpp"
 #include "gpu/gpu.hpp"
 #include "plugins/plugins.hpp"
-#include "plugins/status_hooks.hpp"
 #include "views/status.hpp"
+#include "views/status_hooks.hpp"
 
 namespace sonde::cli {
 namespace {

@@ -17,12 +17,6 @@ namespace sonde {
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-double clock_s(clockid_t id) {
-  timespec ts{};
-  ::clock_gettime(id, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -52,24 +46,6 @@ std::size_t fd_budget() {
                                    : static_cast<std::size_t>(rl.rlim_cur / 2);
 }
 }  // namespace
-
-double monotonic_now() {
-  return clock_s(CLOCK_MONOTONIC);
-}
-double wallclock_now() {
-  return clock_s(CLOCK_REALTIME);
-}
-double boottime_now() {
-  return clock_s(CLOCK_BOOTTIME);
-}
-
-timespec to_timespec(double seconds) {
-  if (seconds < 0) seconds = 0;
-  timespec ts{};
-  ts.tv_sec = static_cast<time_t>(seconds);
-  ts.tv_nsec = static_cast<long>((seconds - static_cast<double>(ts.tv_sec)) * 1e9);
-  return ts;
-}
 
 std::string_view state_name(CollectorState s) {
   switch (s) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.hpp"
 #include "core/collector.hpp"
 #include "core/config.hpp"
 #include "core/handlers.hpp"
@@ -121,12 +122,5 @@ class Engine {
   double scan_s_ = 0;
   std::uint64_t degraded_since_tick_ = 0;
 };
-
-/// Clocks used by the engine, in seconds.
-double monotonic_now();
-double wallclock_now();
-double boottime_now();
-/// A relative timeout for ppoll; negative durations become 0.
-timespec to_timespec(double seconds);
 
 }  // namespace sonde

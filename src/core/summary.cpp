@@ -2,10 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
 namespace sonde {
+
+void ColumnStats::add(double v, double dt) {
+  if (!std::isfinite(v)) return;
+  if (count == 0) min = max = v;
+  min = std::min(min, v);
+  max = std::max(max, v);
+  sum += v;
+  ++count;
+  if (std::isfinite(dt)) integral += v * dt;
+}
 
 RunStats::RunStats(const Engine& engine) : engine_(engine) {
   for (Level l : engine.levels()) columns_[level_index(l)].resize(engine.columns(l).size());
@@ -17,15 +28,7 @@ void RunStats::add(const Engine::Tick& tick) {
     const auto& row = tick.rows[level_index(l)];
     auto& cols = columns_[level_index(l)];
     for (std::size_t i = 0; i < row.size(); ++i) {
-      const double v = row[i];
-      if (!std::isfinite(v)) continue;
-      Column& c = cols[i];
-      if (c.count == 0) c.min = c.max = v;
-      c.min = std::min(c.min, v);
-      c.max = std::max(c.max, v);
-      c.sum += v;
-      ++c.count;
-      c.integral += v * tick.ctx.dt_s;
+      cols[i].add(row[i], tick.ctx.dt_s);
     }
   }
 }
@@ -40,6 +43,7 @@ const RunStats::Column* RunStats::find(Level level, const std::string& column) c
 
 namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 nlohmann::json opt(std::optional<double> v) {
   return v ? nlohmann::json(*v) : nlohmann::json();
@@ -289,6 +293,257 @@ std::string summary_text(const nlohmann::json& s) {
   if (!s["run_dir"].get<std::string>().empty())
     out += fmt::format("  run dir      {}\n", s["run_dir"].get<std::string>());
   return out;
+}
+
+// ---- the summary of a stored run ----------------------------------------------------------------
+
+namespace {
+nlohmann::json num_or_null(std::optional<double> v) {
+  return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json();
+}
+
+double json_number(const nlohmann::json& j, const char* key, double fallback) {
+  if (j.is_object() && j.contains(key) && j[key].is_number()) return j[key].get<double>();
+  return fallback;
+}
+}  // namespace
+
+double level_num_cpus(const nlohmann::json& node, Level level) {
+  const std::string name(level_name(level));
+  if (node.is_object() && node.contains("cpus_per_level") && node["cpus_per_level"].is_object() &&
+      node["cpus_per_level"].contains(name)) {
+    const double n = json_number(node["cpus_per_level"][name], "num_cpus", kNaN);
+    if (std::isfinite(n) && n > 0) return n;
+  }
+  return json_number(node, level == Level::system ? "num_system_cpus" : "num_cpus", kNaN);
+}
+
+namespace {
+
+/// Row range [first, last) of the table inside the wallclock window.
+std::pair<std::size_t, std::size_t> window_rows(const LevelTable& t,
+                                                std::optional<std::pair<double, double>> w) {
+  if (!w) return {0, t.rows.size()};
+  std::size_t first = t.rows.size(), last = 0;
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    const double wc = t.rows[i][1];
+    if (wc >= w->first && wc <= w->second) {
+      first = std::min(first, i);
+      last = i + 1;
+    }
+  }
+  if (first >= last) return {0, 0};
+  return {first, last};
+}
+
+/// Statistics of one column over rows [first, last), each value weighted by the time since the
+/// previous row (the first row of the run by the interval).
+ColumnStats column_stat(const LevelTable& t, std::size_t col, std::size_t first, std::size_t last,
+                        double interval) {
+  ColumnStats s;
+  for (std::size_t i = first; i < last; ++i) {
+    const double dt = i == 0 ? interval : t.rows[i][0] - t.rows[i - 1][0];
+    s.add(t.rows[i][col], dt);
+  }
+  return s;
+}
+
+/// Mean over devices per row of `prefix<N>` columns, for runs without a `prefix avg` column.
+std::optional<ColumnStats> device_mean_stat(const LevelTable& t, const std::string& prefix,
+                                            std::size_t first, std::size_t last, double interval) {
+  if (auto c = t.find(prefix + "avg")) return column_stat(t, *c, first, last, interval);
+  std::vector<std::size_t> cols;
+  for (int d = 0;; ++d) {
+    auto c = t.find(prefix + std::to_string(d));
+    if (!c) break;
+    cols.push_back(*c);
+  }
+  if (cols.empty()) return std::nullopt;
+  ColumnStats s;
+  for (std::size_t i = first; i < last; ++i) {
+    double sum = 0;
+    int n = 0;
+    for (auto c : cols)
+      if (std::isfinite(t.rows[i][c])) sum += t.rows[i][c], ++n;
+    const double dt = i == 0 ? interval : t.rows[i][0] - t.rows[i - 1][0];
+    s.add(n ? sum / n : kNaN, dt);
+  }
+  return s;
+}
+
+std::optional<double> opt_number(const nlohmann::json& v) {
+  return v.is_number() ? std::optional<double>(v.get<double>()) : std::nullopt;
+}
+
+// The inputs of bottleneck_tags for one level, as summary_json computes them from a live run:
+// the GPUs a non-system level used are those where it held memory; utilisation is the mean of
+// their per-device means, memory the peak on one device.
+TagInputs level_tag_inputs(const LevelTable& t, const nlohmann::json& groups,
+                           const nlohmann::json& node, std::size_t first, std::size_t last,
+                           double interval) {
+  TagInputs in;
+  auto g = [&](const char* name, const char* stat) -> std::optional<double> {
+    if (!groups.contains(name)) return std::nullopt;
+    return opt_number(groups[name][stat]);
+  };
+  in.cpu_mean_pct = g("cpu", "mean");
+  in.memory_peak_gib = g("memory", "max");
+  in.memory_limit_gib = g("memory", "limit");
+  in.gpu_memory_gib =
+      opt_number(node.contains("gpu_memory_gib") ? node["gpu_memory_gib"] : nlohmann::json());
+  double util = 0, mem_peak = 0;
+  int util_n = 0, used = 0;
+  for (int d = 0;; ++d) {
+    auto mc = t.find("gpu_mem_" + std::to_string(d));
+    if (!mc) break;
+    const ColumnStats m = column_stat(t, *mc, first, last, interval);
+    const bool held = m.count && m.max > 0;
+    if (t.level != Level::system && !held) continue;
+    ++used;
+    if (m.count) mem_peak = std::max(mem_peak, m.max);
+    if (auto uc = t.find("gpu_util_" + std::to_string(d))) {
+      const ColumnStats u = column_stat(t, *uc, first, last, interval);
+      if (u.mean()) util += *u.mean(), ++util_n;
+    }
+  }
+  if (used) in.gpu_mem_peak_gib = mem_peak;
+  if (util_n) in.gpu_util_mean_pct = util / util_n;
+  return in;
+}
+
+nlohmann::json group_json(const ColumnStats& s, double scale, std::optional<double> limit,
+                          const char* unit) {
+  nlohmann::json g;
+  g["mean"] = num_or_null(s.mean() ? std::optional<double>(*s.mean() * scale) : std::nullopt);
+  g["min"] = s.count ? num_or_null(s.min * scale) : nlohmann::json();
+  g["max"] = s.count ? num_or_null(s.max * scale) : nlohmann::json();
+  g["limit"] = num_or_null(limit);
+  g["unit"] = unit;
+  return g;
+}
+}  // namespace
+
+nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double, double>> window) {
+  const nlohmann::json& m = run.manifest;
+  const nlohmann::json node =
+      m.contains("node_info") && m["node_info"].is_object() ? m["node_info"] : nlohmann::json();
+  const double interval = json_number(m, "interval", kNaN);
+  const nlohmann::json stored =
+      m.contains("summary") && m["summary"].is_object() ? m["summary"] : nlohmann::json();
+
+  nlohmann::json j;
+  j["command"] = m.contains("command") ? m["command"] : nlohmann::json::array();
+  j["exit_status"] = m.contains("exit_status") ? m["exit_status"] : nlohmann::json();
+  j["host"] = m.value("host", std::string());
+  j["run_dir"] = run.source;
+  j["start_wallclock"] = m.contains("start_wallclock") ? m["start_wallclock"] : nlohmann::json();
+  j["end_wallclock"] = m.contains("end_wallclock") ? m["end_wallclock"] : nlohmann::json();
+  j["window"] = window ? nlohmann::json::array({window->first, window->second}) : nlohmann::json();
+  if (m.contains("summary") && stored.contains("user_cpu_s") && !window) {
+    j["user_cpu_s"] = stored["user_cpu_s"];
+    j["system_cpu_s"] = stored.value("system_cpu_s", nlohmann::json());
+  } else {
+    j["user_cpu_s"] = nullptr;
+    j["system_cpu_s"] = nullptr;
+  }
+
+  nlohmann::json levels = nlohmann::json::object();
+  for (const LevelTable& t : run.levels) {
+    const auto [first, last] = window_rows(t, window);
+    const std::string lname(level_name(t.level));
+    const double cpus = level_num_cpus(node, t.level);
+    double limit_bytes = kNaN;
+    if (node.contains("memory_limits") && node["memory_limits"].is_object())
+      limit_bytes = json_number(node["memory_limits"], lname.c_str(), kNaN);
+    nlohmann::json L;
+    L["ticks"] = last - first;
+    L["duration_s"] = last > first ? nlohmann::json(t.rows[last - 1][1] - t.rows[first][1] +
+                                                    (std::isfinite(interval) ? interval : 0))
+                                   : nlohmann::json(0.0);
+    L["num_cpus"] = num_or_null(cpus);
+    nlohmann::json groups = nlohmann::json::object();
+    if (auto c = t.find("cpu_util_avg")) {
+      const ColumnStats s = column_stat(t, *c, first, last, interval);
+      groups["cpu"] = group_json(s, 1, 100.0, "%");
+      groups["cpu_cores"] = group_json(s, cpus / 100, cpus, "cores");
+      L["cpu_seconds"] = s.count ? num_or_null(s.integral / 100 * cpus) : nlohmann::json();
+    }
+    if (auto c = t.find("memory")) {
+      const ColumnStats s = column_stat(t, *c, first, last, interval);
+      groups["memory"] = group_json(
+          s, 1, limit_bytes > 0 ? std::optional<double>(limit_bytes / kGiB) : std::nullopt, "GiB");
+    }
+    if (auto s = device_mean_stat(t, "gpu_util_", first, last, interval))
+      groups["gpu_util"] = group_json(*s, 1, 100.0, "%");
+    if (auto s = device_mean_stat(t, "gpu_band_", first, last, interval))
+      groups["gpu_band"] = group_json(*s, 1, 100.0, "%");
+    if (auto s = device_mean_stat(t, "gpu_mem_", first, last, interval)) {
+      const double gpu_gib = json_number(node, "gpu_memory_gib", kNaN);
+      groups["gpu_mem"] =
+          group_json(*s, 1, gpu_gib > 0 ? std::optional<double>(gpu_gib) : std::nullopt, "GiB");
+    }
+    L["groups"] = groups;
+    L["tags"] = bottleneck_tags(level_tag_inputs(t, groups, node, first, last, interval));
+    nlohmann::json totals = nlohmann::json::object();
+    const std::pair<const char*, const char*> total_cols[] = {
+        {"read_bytes", "io_read"},
+        {"written_bytes", "io_write"},
+        {"read_ops", "io_read_count"},
+        {"write_ops", "io_write_count"},
+        {"net_sent_bytes", "net_bytes_sent"},
+        {"net_recv_bytes", "net_bytes_recv"},
+        {"net_sent_packets", "net_packets_sent"},
+        {"net_recv_packets", "net_packets_recv"}};
+    for (const auto& [key, col] : total_cols)
+      if (auto c = t.find(col)) totals[key] = column_stat(t, *c, first, last, interval).integral;
+    L["totals"] = totals;
+    levels[lname] = L;
+  }
+  j["levels"] = levels;
+
+  // The top-level figures: the program's level (process), else the node, as summary_json.
+  const LevelTable* main =
+      run.find(Level::process) ? run.find(Level::process) : run.find(Level::system);
+  if (!main && !run.levels.empty()) main = &run.levels.front();
+  const std::string mname = main ? std::string(level_name(main->level)) : std::string("system");
+  const nlohmann::json ML = levels.contains(mname) ? levels[mname] : nlohmann::json::object();
+  auto group = [&](const char* g, const char* stat) -> nlohmann::json {
+    if (ML.contains("groups") && ML["groups"].contains(g)) return ML["groups"][g][stat];
+    return nullptr;
+  };
+  auto total = [&](const nlohmann::json& L, const char* key) -> nlohmann::json {
+    if (L.contains("totals") && L["totals"].contains(key)) return L["totals"][key];
+    return nullptr;
+  };
+  j["level"] = mname;
+  j["ticks"] = ML.value("ticks", 0);
+  j["num_cpus"] = ML.contains("num_cpus") ? ML["num_cpus"] : nlohmann::json();
+  double wall = kNaN;
+  if (window) {
+    wall = window->second - window->first;
+  } else if (stored.contains("wall_s") && stored["wall_s"].is_number()) {
+    wall = stored["wall_s"].get<double>();
+  } else if (m.contains("end_wallclock") && m["end_wallclock"].is_number() &&
+             m.contains("start_wallclock") && m["start_wallclock"].is_number()) {
+    wall = m["end_wallclock"].get<double>() - m["start_wallclock"].get<double>();
+  } else if (main && !main->rows.empty()) {
+    wall = main->rows.back()[1] - main->rows.front()[1];
+  }
+  j["wall_s"] = num_or_null(wall);
+  j["cpu_mean_cores"] = group("cpu_cores", "mean");
+  j["cpu_peak_cores"] = group("cpu_cores", "max");
+  j["cpu_seconds"] = ML.contains("cpu_seconds") ? ML["cpu_seconds"] : nlohmann::json();
+  j["memory_peak_gib"] = group("memory", "max");
+  j["memory_limit_gib"] = group("memory", "limit");
+  j["read_bytes"] = total(ML, "read_bytes");
+  j["written_bytes"] = total(ML, "written_bytes");
+  const nlohmann::json SL = levels.contains("system") ? levels["system"] : nlohmann::json::object();
+  j["net_sent_bytes"] = total(SL, "net_sent_bytes");
+  j["net_recv_bytes"] = total(SL, "net_recv_bytes");
+
+  // Tags: the rules of summary_json (core/summary.cpp: bottleneck_tags) at the main level.
+  j["tags"] = ML.contains("tags") ? ML["tags"] : nlohmann::json::array();
+  return j;
 }
 
 }  // namespace sonde

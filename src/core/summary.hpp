@@ -1,31 +1,39 @@
 #pragma once
-// Running statistics of a run (constant memory, whatever its length) and the end-of-run summary
-// with bottleneck tags.
+// Running statistics of a run (constant memory, whatever its length), the end-of-run summary
+// with bottleneck tags, and the summary of a stored run (the same keys and tag rules).
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/engine.hpp"
+#include "core/stored_run.hpp"
 
 namespace sonde {
 
-/// Per level and column: count of measured values, sum, min, max, and the time integral
-/// Σ value·dt (each value covers the interval that ends at its tick).
+/// Statistics of one column: count of measured values, sum, min, max, and the time integral
+/// Σ value·dt (each value covers the interval that ends at its tick). A value that is not finite
+/// is not measured; a dt that is not finite adds nothing to the integral.
+struct ColumnStats {
+  std::uint64_t count = 0;
+  double sum = 0, min = 0, max = 0, integral = 0;
+  void add(double v, double dt);
+  std::optional<double> mean() const {
+    return count ? std::optional<double>(sum / static_cast<double>(count)) : std::nullopt;
+  }
+};
+
+/// Per level and column, the ColumnStats of a live run.
 class RunStats {
  public:
   explicit RunStats(const Engine& engine);
   void add(const Engine::Tick& tick);
 
-  struct Column {
-    std::uint64_t count = 0;
-    double sum = 0, min = 0, max = 0, integral = 0;
-    std::optional<double> mean() const {
-      return count ? std::optional<double>(sum / static_cast<double>(count)) : std::nullopt;
-    }
-  };
+  using Column = ColumnStats;
   /// nullptr when the column does not exist at the level.
   const Column* find(Level level, const std::string& column) const;
   std::uint64_t ticks() const { return ticks_; }
@@ -68,7 +76,30 @@ std::vector<std::string> bottleneck_tags(const TagInputs& in);
 /// energy_kwh, co2_g, carbon_intensity_g_per_kwh, energy_by_domain_j, energy_node_j).
 nlohmann::json summary_json(const Engine& engine, const RunStats& stats, const RunOutcome& outcome);
 
-/// The same, as text for a terminal.
+/// What 100 % CPU means at `level` in a manifest's node_info: cpus_per_level.<level>.num_cpus,
+/// else (older runs) num_system_cpus for the node and num_cpus for the other levels; NaN if none.
+double level_num_cpus(const nlohmann::json& node, Level level);
+
+/// The summary of a stored run, or of the rows whose wallclock lies in `window` (a notebook
+/// cell): per level and per metric group (CPU, memory, GPU utilisation, GPU memory, ...) the
+/// mean/min/max and the limit, plus the bottleneck tags, with the same keys and tag rules as
+/// summary_json where they overlap.
+///
+/// Keys: the top-level keys of summary_json for its level (process, else system): command,
+/// exit_status, wall_s, level, ticks, num_cpus, cpu_mean_cores, cpu_peak_cores, cpu_seconds,
+/// memory_peak_gib, memory_limit_gib, read_bytes, written_bytes, net_sent_bytes,
+/// net_recv_bytes, tags; plus host, start_wallclock, end_wallclock, window ([from, to] or null)
+/// and `levels`: {level: {ticks, duration_s, num_cpus, groups: {group: {mean, min, max, limit,
+/// unit}}, totals: {read_bytes, written_bytes, read_ops, write_ops, net_sent_bytes,
+/// net_recv_bytes, net_sent_packets, net_recv_packets}}}. Groups: `cpu` (cpu_util_avg, percent
+/// of the level's CPUs, limit 100), `cpu_cores` (the same in cores, limit num_cpus), `memory`
+/// (GiB, limit the level's memory limit), and when gpu_* columns exist `gpu_util`, `gpu_band`
+/// (percent, limit 100), `gpu_mem` (GiB per device on average, limit one device's memory).
+/// A statistic without a measured value is null.
+nlohmann::json summarize_run(const RunData& run,
+                             std::optional<std::pair<double, double>> window = std::nullopt);
+
+/// The text of a summary (summary_json), for a terminal.
 std::string summary_text(const nlohmann::json& summary);
 
 }  // namespace sonde

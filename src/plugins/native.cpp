@@ -279,7 +279,7 @@ Result<std::shared_ptr<Library>> load_library(const std::string& path) {
                                   path, lib->plugin->struct_size));
   const void* cap =
       lib->plugin->capability ? lib->plugin->capability(SONDE_CAP_COLLECTOR) : nullptr;
-  // A library with status hooks only (SONDE_CAP_STATUS, src/plugins/status_hooks.cpp) has no
+  // A library with status hooks only (SONDE_CAP_STATUS, src/views/status_hooks.cpp) has no
   // collector: it loads, and the collector factory refuses it.
   const void* status_cap = lib->plugin->capability && lib->plugin->abi_minor >= 1
                                ? lib->plugin->capability(SONDE_CAP_STATUS)

@@ -102,14 +102,7 @@ void RunDirSink::write(const Engine::Tick& tick) {
   if (failed_) return;
   for (Level l : engine_->levels()) {
     line_.clear();
-    append_number(line_, tick.ctx.time_s, "");
-    line_ += ',';
-    fmt::format_to(std::back_inserter(line_), "{:.6f}", tick.ctx.wallclock_s);
-    for (double v : tick.rows[level_index(l)]) {
-      line_ += ',';
-      append_number(line_, v, "");
-    }
-    line_ += '\n';
+    append_run_row(line_, tick.ctx.time_s, tick.ctx.wallclock_s, tick.rows[level_index(l)]);
     if (!write_all(fds_[level_index(l)].get(), line_)) {
       failed_ = true;
       std::cerr << fmt::format(

@@ -17,6 +17,18 @@ void append_number(std::string& out, double v, std::string_view nan_text) {
   fmt::format_to(std::back_inserter(out), "{:.10g}", v);
 }
 
+void append_run_row(std::string& out, double time_s, double wallclock_s,
+                    std::span<const double> values) {
+  append_number(out, time_s, "");
+  out += ',';
+  fmt::format_to(std::back_inserter(out), "{:.6f}", wallclock_s);
+  for (double v : values) {
+    out += ',';
+    append_number(out, v, "");
+  }
+  out += '\n';
+}
+
 nlohmann::json columns_by_level_json(const Engine& engine) {
   nlohmann::json j = nlohmann::json::object();
   for (Level l : engine.levels()) j[std::string(level_name(l))] = engine.columns(l);

@@ -1,5 +1,6 @@
 #pragma once
 // Shared pieces of the outputs: numbers, the description of a run's columns and node.
+#include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,11 @@ namespace sonde {
 
 /// Appends a number as CSV/JSON text (10 significant digits); NaN/Inf append `nan_text`.
 void append_number(std::string& out, double v, std::string_view nan_text);
+
+/// Appends one row of perf_<level>.csv and its newline, as a run directory holds it: time and
+/// values with append_number (a value not measured is an empty field), wallclock in µs.
+void append_run_row(std::string& out, double time_s, double wallclock_s,
+                    std::span<const double> values);
 
 /// {"process": ["cpu_util_0", …], …} for the active levels (without time/wallclock).
 nlohmann::json columns_by_level_json(const Engine& engine);

@@ -15,7 +15,7 @@
 #include "core/fs.hpp"
 #include "core/pid_reads.hpp"
 #include "core/procfs.hpp"
-#include "plugins/status_hooks.hpp"
+#include "views/status_hooks.hpp"
 
 namespace sonde::status {
 

@@ -2,7 +2,7 @@
 // `sonde status` and `sonde gpustat`: one query of the node (GPUs, their processes, host
 // figures from the status plugins) and its renderings: sonde's text, gpustat's text, and the JSON
 // of each. The status hooks of plugins (include/sonde/plugin.h, SONDE_CAP_STATUS) run through
-// StatusHooks (src/plugins/status_hooks.hpp) at the points named in query_status().
+// StatusHooks (src/views/status_hooks.hpp) at the points named in query_status().
 #include <chrono>
 #include <cstdint>
 #include <map>

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sinks/run_reader.hpp"
 #include "sinks/sqlite.hpp"
 
 namespace sonde {

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "plugins/status_hooks.hpp"
+#include "views/status_hooks.hpp"
 
 namespace sonde::status {
 namespace {

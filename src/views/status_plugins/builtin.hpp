@@ -1,7 +1,7 @@
 #pragma once
 // The built-in status plugins: each is a sonde::sdk::StatusPlugin behind the same C table as a
-// plugin library (src/plugins/status_hooks.cpp calls them alike).
-#include "plugins/status_hooks.hpp"
+// plugin library (src/views/status_hooks.cpp calls them alike).
+#include "views/status_hooks.hpp"
 
 namespace sonde::status {
 StatusPluginRef host_status_plugin();       ///< host CPU, load, memory and swap lines

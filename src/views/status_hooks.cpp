@@ -1,6 +1,6 @@
 // Status hooks: the host side of SONDE_CAP_STATUS. Built-in and native status plugins go through
 // the same C table, so the built-ins are also the reference users of the ABI.
-#include "plugins/status_hooks.hpp"
+#include "views/status_hooks.hpp"
 
 #include <algorithm>
 #include <cctype>

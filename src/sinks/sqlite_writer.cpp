@@ -1,0 +1,271 @@
+#include "sinks/sqlite_writer.hpp"
+
+#include <algorithm>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "sinks/format.hpp"
+#include "sinks/sqlite_values.hpp"
+
+namespace sonde {
+using sqlite_detail::append_values;
+using sqlite_detail::bind_text;
+using sqlite_detail::busy_ms;
+
+Result<std::unique_ptr<SqliteSink>> SqliteSink::create(const std::string& path,
+                                                       const Engine& engine, nlohmann::json meta) {
+  nlohmann::json& m = meta;
+  m["sonde_version"] = SONDE_VERSION;
+  m["host"] = engine.node_info().hostname;
+  m["kernel"] = engine.node_info().kernel;
+  m["interval"] = engine.interval_s();
+  m["levels"] = levels_json(engine);
+  m["columns_by_level"] = columns_by_level_json(engine);
+  m["node_info"] = node_info_json(engine);
+  m["end_wallclock"] = nullptr;
+  m["exit_status"] = nullptr;
+  m["complete"] = false;
+  m["ticks"] = 0;
+  std::array<std::vector<std::string>, kNumLevels> columns;
+  for (Level l : engine.levels()) columns[level_index(l)] = engine.columns(l);
+  return create(path, std::move(meta), engine.levels(), columns);
+}
+
+Result<std::unique_ptr<SqliteSink>> SqliteSink::create(
+    const std::string& path, nlohmann::json manifest, const std::vector<Level>& levels,
+    const std::array<std::vector<std::string>, kNumLevels>& columns) {
+  auto db = SqliteDb::open(path, SqliteDb::Mode::write);
+  if (!db) return db.error();
+  std::unique_ptr<SqliteSink> s(new SqliteSink());
+  s->db_ = std::move(*db);
+  s->levels_ = levels;
+  s->manifest_ = std::move(manifest);
+  sqlite3* h = s->db_->handle();
+  auto prepare = [&](const char* sql, SqliteStmt& out) -> Result<void> {
+    sqlite3_stmt* raw = nullptr;
+    if (sqlite3_prepare_v3(h, sql, -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr) != SQLITE_OK) {
+      sqlite3_finalize(raw);
+      return make_error(Errc::io, s->db_->error_text("cannot prepare a statement"));
+    }
+    out = SqliteStmt(raw);
+    return {};
+  };
+  SqliteStmt insert_run, insert_column;
+  for (auto [sql, stmt] : {std::pair{"BEGIN IMMEDIATE", &s->begin_},
+                           std::pair{"COMMIT", &s->commit_}, std::pair{"ROLLBACK", &s->rollback_},
+                           std::pair{"INSERT INTO samples (run_id, level, tick, time, wallclock, "
+                                     "vals) VALUES (?, ?, ?, ?, ?, ?)",
+                                     &s->insert_},
+                           std::pair{"INSERT INTO runs (host, command, mode, start_wallclock, "
+                                     "interval_s, manifest) VALUES (?, ?, ?, ?, ?, ?)",
+                                     &insert_run},
+                           std::pair{"INSERT INTO columns (run_id, level, position, name) VALUES "
+                                     "(?, ?, ?, ?)",
+                                     &insert_column}})
+    if (auto ok = prepare(sql, *stmt); !ok) return ok.error();
+
+  auto fail = [&](const std::string& what) -> Error {
+    const Error e = make_error(Errc::io, s->db_->error_text(what));
+    sqlite3_step(s->rollback_.get());
+    sqlite3_reset(s->rollback_.get());
+    return e;
+  };
+  if (sqlite3_step(s->begin_.get()) != SQLITE_DONE) {
+    sqlite3_reset(s->begin_.get());
+    return make_error(Errc::io, s->db_->error_text("cannot start the run"));
+  }
+  sqlite3_reset(s->begin_.get());
+  const nlohmann::json& m = s->manifest_;
+  sqlite3_stmt* r = insert_run.get();
+  bind_text(r, 1, m.value("host", std::string()));
+  bind_text(r, 2, m.value("command", nlohmann::json::array()).dump());
+  bind_text(r, 3, m.value("mode", std::string()));
+  sqlite3_bind_double(r, 4, m.value("start_wallclock", wallclock_now()));
+  sqlite3_bind_double(r, 5, m.value("interval", 0.0));
+  bind_text(r, 6, m.dump());
+  if (sqlite3_step(r) != SQLITE_DONE) return fail("cannot add the run");
+  s->run_id_ = sqlite3_last_insert_rowid(h);
+  sqlite3_stmt* c = insert_column.get();
+  for (Level l : levels) {
+    const auto& cols = columns[level_index(l)];
+    for (std::size_t i = 0; i < cols.size(); ++i) {
+      sqlite3_reset(c);
+      sqlite3_bind_int64(c, 1, s->run_id_);
+      sqlite3_bind_text(c, 2, level_name(l).data(), static_cast<int>(level_name(l).size()),
+                        SQLITE_STATIC);
+      sqlite3_bind_int64(c, 3, static_cast<sqlite3_int64>(i));
+      bind_text(c, 4, cols[i]);
+      if (sqlite3_step(c) != SQLITE_DONE) return fail("cannot add the run's columns");
+    }
+  }
+  s->manifest_["sqlite"] = {{"database", path}, {"run_id", s->run_id_}};
+  {
+    SqliteStmt upd;
+    if (auto ok = prepare("UPDATE runs SET manifest = ? WHERE id = ?", upd); !ok) {
+      (void)fail("");
+      return ok.error();
+    }
+    bind_text(upd.get(), 1, s->manifest_.dump());
+    sqlite3_bind_int64(upd.get(), 2, s->run_id_);
+    if (sqlite3_step(upd.get()) != SQLITE_DONE) return fail("cannot add the run");
+  }
+  if (sqlite3_step(s->commit_.get()) != SQLITE_DONE) return fail("cannot add the run");
+  sqlite3_reset(s->commit_.get());
+  // A tick waits for another writer at most half the interval, then keeps its rows for the next.
+  s->tick_timeout_ms_ = std::max(10, busy_ms(s->manifest_.value("interval", 1.0) * 0.5));
+  return s;
+}
+
+SqliteSink::~SqliteSink() = default;
+
+std::string SqliteSink::location() const {
+  return fmt::format("{}#{}", db_->path(), run_id_);
+}
+
+void SqliteSink::report_failure(const std::string& what) {
+  if (failed_) return;
+  failed_ = true;
+  std::cerr << fmt::format(
+      "sonde: error: {}; no more rows are written to it, the program keeps running and the ticks "
+      "already committed stay valid\n",
+      db_->error_text(what));
+}
+
+void SqliteSink::write(const Engine::Tick& tick) {
+  write(tick.ctx.time_s, tick.ctx.wallclock_s, tick.rows);
+}
+
+void SqliteSink::write(double time_s, double wallclock_s,
+                       const std::array<std::vector<double>, kNumLevels>& rows) {
+  if (failed_) return;
+  for (Level l : levels_) {
+    Pending p{l, tick_, time_s, wallclock_s, {}};
+    append_values(p.values, rows[level_index(l)]);
+    pending_.push_back(std::move(p));
+  }
+  ++tick_;
+  // Bounded: a lock held for hours must not eat the node's memory.
+  if (pending_.size() > 100000) {
+    std::cerr << fmt::format(
+        "sonde: error: {}: locked by another process for {} ticks; no more rows are written, the "
+        "program keeps running\n",
+        db_->path(), pending_.size() / std::max<std::size_t>(1, levels_.size()));
+    failed_ = true;
+    pending_.clear();
+    return;
+  }
+  flush();
+}
+
+bool SqliteSink::flush() {
+  if (failed_ || pending_.empty()) return !failed_;
+  sqlite3* h = db_->handle();
+  sqlite3_busy_timeout(h, tick_timeout_ms_);
+  const int rc = sqlite3_step(begin_.get());
+  sqlite3_reset(begin_.get());
+  sqlite3_busy_timeout(h, busy_ms(sqlite_busy_timeout_s()));
+  if ((rc & 0xff) == SQLITE_BUSY) {
+    if (!warned_busy_) {
+      warned_busy_ = true;
+      std::cerr << fmt::format(
+          "sonde: warning: {}: locked by another process for more than {} ms; this tick's rows "
+          "are kept and written with a later tick\n",
+          db_->path(), tick_timeout_ms_);
+    }
+    return false;
+  }
+  if (rc != SQLITE_DONE) {
+    report_failure("cannot write a tick");
+    pending_.clear();
+    return false;
+  }
+  sqlite3_stmt* ins = insert_.get();
+  for (const Pending& p : pending_) {
+    sqlite3_reset(ins);
+    sqlite3_bind_int64(ins, 1, run_id_);
+    const std::string_view level = level_name(p.level);
+    sqlite3_bind_text(ins, 2, level.data(), static_cast<int>(level.size()), SQLITE_STATIC);
+    sqlite3_bind_int64(ins, 3, static_cast<sqlite3_int64>(p.tick));
+    sqlite3_bind_double(ins, 4, p.time_s);
+    sqlite3_bind_double(ins, 5, p.wallclock_s);
+    sqlite3_bind_text(ins, 6, p.values.data(), static_cast<int>(p.values.size()), SQLITE_STATIC);
+    if (sqlite3_step(ins) != SQLITE_DONE) {
+      report_failure("cannot write a tick");
+      sqlite3_reset(ins);
+      sqlite3_step(rollback_.get());
+      sqlite3_reset(rollback_.get());
+      pending_.clear();
+      return false;
+    }
+  }
+  sqlite3_reset(ins);
+  sqlite3_clear_bindings(ins);
+  if (sqlite3_step(commit_.get()) != SQLITE_DONE) {
+    report_failure("cannot commit a tick");
+    sqlite3_reset(commit_.get());
+    sqlite3_step(rollback_.get());
+    sqlite3_reset(rollback_.get());
+    pending_.clear();
+    return false;
+  }
+  sqlite3_reset(commit_.get());
+  pending_.clear();
+  return true;
+}
+
+void SqliteSink::store_manifest() {
+  SqliteStmt upd;
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db_->handle(), "UPDATE runs SET manifest = ? WHERE id = ?", -1, &raw,
+                         nullptr) != SQLITE_OK) {
+    sqlite3_finalize(raw);
+    std::cerr << "sonde: error: " << db_->error_text("cannot update the run") << "\n";
+    return;
+  }
+  upd = SqliteStmt(raw);
+  bind_text(raw, 1, manifest_.dump());
+  sqlite3_bind_int64(raw, 2, run_id_);
+  if (sqlite3_step(raw) != SQLITE_DONE)
+    std::cerr << "sonde: error: " << db_->error_text("cannot update the run") << "\n";
+}
+
+void SqliteSink::update(const std::string& key, nlohmann::json value) {
+  manifest_[key] = std::move(value);
+  if (!failed_) store_manifest();
+}
+
+void SqliteSink::finish(const RunOutcome& outcome, const nlohmann::json& summary,
+                        std::uint64_t ticks, std::uint64_t ticks_missed) {
+  // Rows kept while the file was locked get the full lock timeout now.
+  tick_timeout_ms_ = busy_ms(sqlite_busy_timeout_s());
+  if (!flush() && !failed_) report_failure("cannot write the last ticks");
+  const double end = wallclock_now();
+  set_manifest_end(manifest_, end, outcome, !failed_, summary, ticks, ticks_missed);
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db_->handle(),
+                         "UPDATE runs SET end_wallclock = ?, exit_status = ?, complete = ?, "
+                         "ticks = ?, manifest = ?, summary = ? WHERE id = ?",
+                         -1, &raw, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(raw);
+    std::cerr << "sonde: error: " << db_->error_text("cannot finish the run") << "\n";
+    return;
+  }
+  SqliteStmt upd(raw);
+  sqlite3_bind_double(raw, 1, end);
+  if (outcome.exit_status)
+    sqlite3_bind_int(raw, 2, *outcome.exit_status);
+  else
+    sqlite3_bind_null(raw, 2);
+  sqlite3_bind_int(raw, 3, failed_ ? 0 : 1);
+  sqlite3_bind_int64(raw, 4, static_cast<sqlite3_int64>(ticks));
+  bind_text(raw, 5, manifest_.dump());
+  bind_text(raw, 6, summary.dump());
+  sqlite3_bind_int64(raw, 7, run_id_);
+  // After a reported write error this is a last try (the run's row keeps complete = 0 anyway);
+  // its failure is not reported a second time.
+  if (sqlite3_step(raw) != SQLITE_DONE && !failed_)
+    std::cerr << "sonde: error: " << db_->error_text("cannot finish the run") << "\n";
+}
+
+}  // namespace sonde
