@@ -1,3 +1,8 @@
+// The engine's tick: one /proc scan, then every collector. Collectors that run code sonde does
+// not control (Collector::needs_watchdog: native plugins, GPU drivers) are guarded: they run as
+// one batch per tick on the watchdog's thread while this thread runs the others, under a deadline
+// per call, with no hand-off per call; a call that hangs is left behind on its thread and never
+// destroyed under it (design: core/watchdog.hpp). Exceptions stop at the collector boundary.
 #include "core/engine.hpp"
 
 #include <sys/resource.h>
