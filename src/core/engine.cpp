@@ -1,3 +1,8 @@
+// The engine's tick: one /proc scan, then every collector. Collectors that run code sonde does
+// not control (Collector::needs_watchdog: native plugins, GPU drivers) are guarded: they run as
+// one batch per tick on the watchdog's thread while this thread runs the others, under a deadline
+// per call, with no hand-off per call; a call that hangs is left behind on its thread and never
+// destroyed under it (design: core/watchdog.hpp). Exceptions stop at the collector boundary.
 #include "core/engine.hpp"
 
 #include <sys/resource.h>
@@ -21,14 +26,39 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
-// A collector whose worker is stuck in its code can never be destroyed safely: it is kept,
+// What a worker stuck in a collector may still touch can never be destroyed safely: it is kept,
 // reachable, until the process ends.
-void keep_alive_forever(std::unique_ptr<Collector> c) {
+void keep_alive_forever(std::shared_ptr<void> p) {
   static std::mutex mutex;
-  static auto* kept = new std::vector<std::unique_ptr<Collector>>();  // never destroyed
+  static auto* kept = new std::vector<std::shared_ptr<void>>();  // never destroyed
   std::lock_guard lock(mutex);
-  kept->push_back(std::move(c));
+  kept->push_back(std::move(p));
 }
+
+using Results = std::array<std::optional<Result<RawValue>>, kNumLevels>;
+
+// One collector's work for one tick, at the levels in `at`. An exception is the collector's
+// failure for this tick, never the process's end (the same on a worker and on the engine's
+// thread).
+std::string call_collector(Collector& c, const std::string& name, const TickContext& ctx,
+                           const std::array<bool, kNumLevels>& at, Results& results) {
+  try {
+    c.snapshot(ctx);
+    for (Level l : kAllLevels)
+      if (at[level_index(l)]) results[level_index(l)] = c.collect(l, ctx);
+    return {};
+  } catch (const std::exception& e) {
+    return fmt::format("collector '{}' threw an exception: {}", name, e.what());
+  } catch (...) {
+    return fmt::format("collector '{}' threw an exception (not a std::exception)", name);
+  }
+}
+
+// A guarded collector's answer, owned by the call (a late worker writes only here).
+struct GuardedAnswer {
+  Results results;
+  std::string error;
+};
 
 // Raises the soft open-file limit to the hard one (sonde keeps /proc files open across ticks)
 // and returns how many files the scanner may keep open. Only sonde's own limit changes; `sonde run`
@@ -57,10 +87,32 @@ std::string_view state_name(CollectorState s) {
   return "?";
 }
 
+Engine::Engine() : env_(std::make_unique<Env>()), opts_(env_->opts), node_(env_->node) {}
+
 Engine::~Engine() {
-  for (auto& s : slots_)
-    if (s.collector && s.state == CollectorState::ok && !(s.watchdog && s.watchdog->busy()))
+  // A worker abandoned inside a collector may still run its code: that collector (and with it its
+  // backend, library handle, plugin instance) and what it reads through its arguments and the
+  // tick context (roots, target, node info) are kept, never destroyed under it.
+  bool stuck = false;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    CollectorSlot& s = slots_[i];
+    if (s.collector && s.guarded && watchdog_ && watchdog_->busy(i)) {
+      keep_alive_forever(std::shared_ptr<Collector>(std::move(s.collector)));
+      stuck = true;
+    }
+  }
+  if (stuck) keep_alive_forever(std::shared_ptr<Env>(std::move(env_)));
+  for (auto& s : slots_) {
+    if (!s.collector || s.state != CollectorState::ok) continue;
+    try {
       s.collector->teardown();
+    } catch (const std::exception& e) {
+      warn(fmt::format("collector '{}' threw an exception in teardown: {}", s.spec.name, e.what()));
+    } catch (...) {
+      warn(fmt::format("collector '{}' threw an exception in teardown", s.spec.name));
+    }
+  }
+  watchdog_.reset();  // joins the idle worker; abandoned ones own what they still use
 }
 
 void Engine::warn(const std::string& msg) const {
@@ -198,9 +250,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
       // collector that itself asked for node_info (JUmPER configs) still completes it for the
       // manifest and the summary.
       slot.collector->contribute_node_info(e->node_);
-      if (slot.collector->needs_watchdog()) slot.watchdog = std::make_unique<Watchdog>();
+      slot.guarded = slot.collector->needs_watchdog();
     }
   }
+  if (std::any_of(e->slots_.begin(), e->slots_.end(), [](const CollectorSlot& s) {
+        return s.state == CollectorState::ok && s.guarded;
+      }))
+    e->watchdog_ = std::make_unique<Watchdog>(e->slots_.size());
 
   // Columns per level; a name may appear once per level.
   ScanNeeds needs;
@@ -265,37 +321,11 @@ void Engine::set_target_pid(int pid) {
 }
 
 std::string Engine::collect_slot(CollectorSlot& slot, const TickContext& ctx) {
-  using Results = std::array<std::optional<Result<RawValue>>, kNumLevels>;
-  if (!slot.watchdog) {
-    Results results;
-    slot.collector->snapshot(ctx);
-    for (Level l : levels_)
-      if (slot.at_level[level_index(l)]) results[level_index(l)] = slot.collector->collect(l, ctx);
-    return handle_results(slot, ctx, results);
-  }
-  // Code sonde does not control runs on the collector's worker, with its own copies of what it
-  // reads and writes, so that a late answer can never touch this tick's or the next tick's data.
-  auto results = std::make_shared<Results>();
-  auto snapshot = scanner_->shared();
-  std::array<bool, kNumLevels> at = slot.at_level;
-  for (Level l : kAllLevels) at[level_index(l)] = at[level_index(l)] && active_[level_index(l)];
-  Collector* collector = slot.collector.get();
-  const auto outcome = slot.watchdog->run(
-      [results, snapshot, ctx, at, collector] {
-        TickContext own = ctx;
-        own.procs = snapshot.get();
-        collector->snapshot(own);
-        for (Level l : kAllLevels)
-          if (at[level_index(l)]) (*results)[level_index(l)] = collector->collect(l, own);
-      },
-      slot.spec.timeout_s.value_or(interval_s_ / 2));
-  if (outcome == Watchdog::Outcome::busy)
-    return fmt::format("still busy with an earlier tick that overran its deadline of {:.1f} ms",
-                       slot.spec.timeout_s.value_or(interval_s_ / 2) * 1e3);
-  if (outcome == Watchdog::Outcome::timed_out)
-    return fmt::format("no answer within its deadline of {:.1f} ms",
-                       slot.spec.timeout_s.value_or(interval_s_ / 2) * 1e3);
-  return handle_results(slot, ctx, *results);
+  Results results;
+  std::array<bool, kNumLevels> at{};
+  for (Level l : levels_) at[level_index(l)] = slot.at_level[level_index(l)];
+  std::string error = call_collector(*slot.collector, slot.spec.name, ctx, at, results);
+  return error.empty() ? handle_results(slot, ctx, results) : error;
 }
 
 std::string Engine::handle_results(
@@ -319,6 +349,27 @@ std::string Engine::handle_results(
   return error;
 }
 
+void Engine::finish_slot(CollectorSlot& slot, std::string error, double spent_s) {
+  const double deadline = slot.spec.timeout_s.value_or(interval_s_ / 2);
+  if (error.empty() && spent_s > deadline)
+    error = fmt::format("took {:.1f} ms, over its deadline of {:.1f} ms", spent_s * 1e3,
+                        deadline * 1e3);
+  if (!error.empty()) {
+    for (Level l : levels_) {  // a value that failed or came too late is not used
+      const std::size_t li = level_index(l);
+      if (slot.at_level[li])
+        std::fill_n(tick_.rows[li].begin() + static_cast<long>(slot.offset[li]), slot.width[li],
+                    kNaN);
+    }
+  }
+  ++slot.calls;
+  slot.total_s += spent_s;
+  if (!error.empty())
+    record_failure(slot, error);
+  else
+    slot.consecutive_errors = 0;
+}
+
 void Engine::record_failure(CollectorSlot& slot, const std::string& message) {
   ++slot.errors;
   ++slot.consecutive_errors;
@@ -328,10 +379,10 @@ void Engine::record_failure(CollectorSlot& slot, const std::string& message) {
     slot.why = fmt::format("disabled after {} consecutive failures; last: {}",
                            slot.consecutive_errors, message);
     warn(fmt::format("collector '{}' {}", slot.spec.name, slot.why));
-    if (slot.watchdog && slot.watchdog->busy()) {
-      // Its worker is stuck inside the collector: leave both behind rather than wait forever.
-      slot.watchdog->abandon();
-      keep_alive_forever(std::move(slot.collector));
+    const auto index = static_cast<std::size_t>(&slot - slots_.data());
+    if (slot.guarded && watchdog_ && watchdog_->busy(index)) {
+      // A worker is stuck inside the collector: leave it behind rather than wait forever.
+      keep_alive_forever(std::shared_ptr<Collector>(std::move(slot.collector)));
     }
   }
 }
@@ -352,30 +403,59 @@ const Engine::Tick& Engine::tick() {
 
   for (Level l : levels_)
     std::fill(tick_.rows[level_index(l)].begin(), tick_.rows[level_index(l)].end(), kNaN);
+  // The guarded collectors go to the watchdog's worker as one batch, in call order; this thread
+  // runs the others meanwhile, then waits for the batch (core/watchdog.hpp).
+  std::vector<std::size_t> guarded;
+  std::vector<std::shared_ptr<GuardedAnswer>> answers;
+  if (watchdog_) {
+    std::vector<Watchdog::Call> calls;
+    std::shared_ptr<const ProcSnapshot> snapshot = scanner_->shared();
+    for (std::size_t index : call_order_) {
+      CollectorSlot& slot = slots_[index];
+      if (slot.state != CollectorState::ok || !slot.guarded) continue;
+      auto answer = std::make_shared<GuardedAnswer>();
+      std::array<bool, kNumLevels> at{};
+      for (Level l : levels_) at[level_index(l)] = slot.at_level[level_index(l)];
+      calls.push_back({index, slot.spec.timeout_s.value_or(interval_s_ / 2),
+                       [answer, snapshot, ctx, at, collector = slot.collector.get(),
+                        name = slot.spec.name]() mutable {
+                         ctx.procs = snapshot.get();
+                         answer->error = call_collector(*collector, name, ctx, at, answer->results);
+                       }});
+      guarded.push_back(index);
+      answers.push_back(std::move(answer));
+    }
+    if (!calls.empty()) watchdog_->start(std::move(calls));
+  }
   for (std::size_t index : call_order_) {
     CollectorSlot& slot = slots_[index];
-    if (slot.state != CollectorState::ok) continue;
+    if (slot.state != CollectorState::ok || slot.guarded) continue;
     const double t0 = monotonic_now();
     std::string error = collect_slot(slot, ctx);
-    const double spent = monotonic_now() - t0;
-    const double deadline = slot.spec.timeout_s.value_or(interval_s_ / 2);
-    if (error.empty() && spent > deadline)
-      error = fmt::format("took {:.1f} ms, over its deadline of {:.1f} ms", spent * 1e3,
+    finish_slot(slot, std::move(error), monotonic_now() - t0);
+  }
+  if (!guarded.empty()) {
+    const std::vector<Watchdog::Report>& reports = watchdog_->wait();
+    for (std::size_t k = 0; k < guarded.size(); ++k) {
+      CollectorSlot& slot = slots_[guarded[k]];
+      const double deadline = slot.spec.timeout_s.value_or(interval_s_ / 2);
+      std::string error;
+      switch (reports[k].outcome) {
+        case Watchdog::Outcome::busy:
+          error =
+              fmt::format("still busy with an earlier tick that overran its deadline of {:.1f} ms",
                           deadline * 1e3);
-    if (!error.empty()) {
-      for (Level l : levels_) {  // a value that failed or came too late is not used
-        const std::size_t li = level_index(l);
-        if (slot.at_level[li])
-          std::fill_n(tick_.rows[li].begin() + static_cast<long>(slot.offset[li]), slot.width[li],
-                      kNaN);
+          break;
+        case Watchdog::Outcome::timed_out:
+          error = fmt::format("no answer within its deadline of {:.1f} ms", deadline * 1e3);
+          break;
+        case Watchdog::Outcome::done:
+          error = answers[k]->error.empty() ? handle_results(slot, ctx, answers[k]->results)
+                                            : answers[k]->error;
+          break;
       }
+      finish_slot(slot, std::move(error), reports[k].spent_s);
     }
-    ++slot.calls;
-    slot.total_s += spent;
-    if (!error.empty())
-      record_failure(slot, error);
-    else
-      slot.consecutive_errors = 0;
   }
   // Degrade visibly rather than miss ticks: a tick that uses more than half the interval lists
   // /proc less often from now on (the slot is missed only if sampling the known pids alone does

@@ -36,8 +36,10 @@ struct CollectorSlot {
   CollectorSpec spec;
   const CollectorInfo* info = nullptr;     ///< built-in, or
   const TargetFactory* factory = nullptr;  ///< plugin factory
+  /// Never destroyed while a thread may still be inside it: the engine leaks a collector that a
+  /// worker abandoned after its deadline is still running (see core/watchdog.hpp).
   std::unique_ptr<Collector> collector;
-  std::unique_ptr<Watchdog> watchdog;  ///< for collectors that need one
+  bool guarded = false;  ///< runs under the engine's watchdog (Collector::needs_watchdog)
   std::unique_ptr<Handler> handler;
   CollectorState state = CollectorState::ok;
   std::string why;  ///< for unavailable/failed
@@ -82,6 +84,8 @@ class Engine {
   const NodeInfo& node_info() const { return node_; }
   const TargetInfo& target() const { return opts_.target; }
   const std::vector<CollectorSlot>& collectors() const { return slots_; }
+  /// Watchdog worker threads abandoned so far (each stuck in a collector past its deadline).
+  std::uint64_t abandoned_workers() const { return watchdog_ ? watchdog_->abandoned() : 0; }
   double interval_s() const { return interval_s_; }
   std::uint64_t ticks() const { return ticks_; }
   /// Monotonic time of the last tick, in seconds.
@@ -99,19 +103,30 @@ class Engine {
   void warn(const std::string& msg) const;
 
  private:
-  Engine() = default;
+  /// What a collector's thread may read for as long as it runs (roots, target, node info): on the
+  /// heap, so that it can outlive the engine when a worker is stuck in a collector.
+  struct Env {
+    EngineOptions opts;
+    NodeInfo node;
+  };
+  Engine();
   void record_failure(CollectorSlot& slot, const std::string& message);
-  /// Runs one collector for every level of this tick; returns an error message or "".
+  /// Runs one unguarded collector for every level of this tick; returns an error message or "".
   std::string collect_slot(CollectorSlot& slot, const TickContext& ctx);
+  /// Bookkeeping after a slot's work: overrun check, NaN on failure, cost, failure count.
+  void finish_slot(CollectorSlot& slot, std::string error, double spent_s);
   std::string handle_results(CollectorSlot& slot, const TickContext& ctx,
                              std::array<std::optional<Result<RawValue>>, kNumLevels>& results);
 
-  EngineOptions opts_;
+  std::unique_ptr<Env> env_;
+  EngineOptions& opts_;
   double interval_s_ = 0.5;
   std::vector<Level> levels_;
   std::array<bool, kNumLevels> active_{};
-  NodeInfo node_;
+  NodeInfo& node_;
   std::vector<CollectorSlot> slots_;
+  /// Runs the guarded collectors (nullptr when there is none).
+  std::unique_ptr<Watchdog> watchdog_;
   std::vector<std::size_t> call_order_;  ///< indices into slots_ by priority
   std::array<std::vector<std::string>, kNumLevels> columns_;
   std::unique_ptr<ProcScanner> scanner_;

@@ -1,6 +1,7 @@
 // Native plugins: a shared library with the C ABI of include/sonde/plugin.h, loaded with dlopen
-// after the trust checks, called through its const function table. Plugin code runs on the
-// collector's watchdog worker (the engine's deadline), or in a child process with isolate: true.
+// after the trust checks, called through its const function table. Plugin code runs under the
+// engine's watchdog (core/watchdog.hpp: deadline per call, no hand-off per call), or in a child
+// process with isolate: true.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -10,11 +11,13 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sonde/plugin.h>
 
+#include "core/fs.hpp"
 #include "plugins/plugins.hpp"
 
 // The host's view of the opaque types.
@@ -218,81 +221,106 @@ const sonde_host_api kHostApi = {sizeof(sonde_host_api),
 
 // ---- the library ----
 
+// A dlopen handle: closed on destruction unless released (a loaded plugin stays loaded).
+class DlHandle {
+ public:
+  explicit DlHandle(void* h) : h_(h) {}
+  ~DlHandle() {
+    if (h_ != nullptr) ::dlclose(h_);
+  }
+  DlHandle(const DlHandle&) = delete;
+  DlHandle& operator=(const DlHandle&) = delete;
+  void* get() const { return h_; }
+  void* release() { return std::exchange(h_, nullptr); }
+
+ private:
+  void* h_;
+};
+
 struct Library {
+  // Plugins are never unloaded (no dlclose): a worker abandoned inside the plugin or a thread the
+  // plugin started may still run its code.
   void* handle = nullptr;
   // The checked file stays open while the library is loaded: glibc identifies a loaded library
   // by the name given to dlopen, and a reused /proc/self/fd/N name would alias another plugin.
-  int fd = -1;
+  UniqueFd fd;
   std::string path;
   const sonde_plugin* plugin = nullptr;
   const sonde_collector_v1* collector = nullptr;
-  ~Library() {
-    // Plugins are not unloaded: a detached watchdog worker or a thread the plugin started may
-    // still run its code.
-  }
 };
 
-// Keeps one handle per file for the life of the process (dlopen does the same).
+// Checks what the library's entry point returns; an error says why it is refused.
+Result<void> check_plugin(Library& lib) {
+  const std::string& path = lib.path;
+  ::dlerror();
+  void* sym = ::dlsym(lib.handle, SONDE_PLUGIN_ENTRY_NAME);
+  if (sym == nullptr) {
+    const char* why = ::dlerror();
+    return make_error(Errc::unavailable,
+                      fmt::format("plugin {} does not export {}(): {}", path,
+                                  SONDE_PLUGIN_ENTRY_NAME, why ? why : "no such symbol"));
+  }
+  auto entry = reinterpret_cast<sonde_plugin_entry_fn>(sym);
+  lib.plugin = entry();
+  if (lib.plugin == nullptr)
+    return make_error(Errc::unavailable,
+                      fmt::format("plugin {}: {}() returned NULL", path, SONDE_PLUGIN_ENTRY_NAME));
+  if (lib.plugin->abi_major != SONDE_ABI_MAJOR)
+    return make_error(
+        Errc::unavailable,
+        fmt::format("refusing plugin {}: it was built for sonde plugin ABI {}.{}, this "
+                    "sonde speaks ABI {}.{}; rebuild it against this sonde's headers",
+                    path, lib.plugin->abi_major, lib.plugin->abi_minor, SONDE_ABI_MAJOR,
+                    SONDE_ABI_MINOR));
+  if (lib.plugin->struct_size < offsetof(sonde_plugin, reserved))
+    return make_error(Errc::unavailable,
+                      fmt::format("refusing plugin {}: its sonde_plugin table is "
+                                  "too small ({} bytes)",
+                                  path, lib.plugin->struct_size));
+  const void* cap = lib.plugin->capability ? lib.plugin->capability(SONDE_CAP_COLLECTOR) : nullptr;
+  // A library with status hooks only (SONDE_CAP_STATUS, src/views/status_hooks.cpp) has no
+  // collector: it loads, and the collector factory refuses it.
+  const void* status_cap = lib.plugin->capability && lib.plugin->abi_minor >= 1
+                               ? lib.plugin->capability(SONDE_CAP_STATUS)
+                               : nullptr;
+  if (cap == nullptr && status_cap == nullptr)
+    return make_error(Errc::unavailable, fmt::format("plugin {} provides no collector", path));
+  lib.collector = static_cast<const sonde_collector_v1*>(cap);
+  if (lib.collector != nullptr &&
+      (lib.collector->struct_size < offsetof(sonde_collector_v1, reserved) ||
+       lib.collector->create == nullptr || lib.collector->collect == nullptr ||
+       lib.collector->destroy == nullptr))
+    return make_error(Errc::unavailable,
+                      fmt::format("refusing plugin {}: incomplete sonde_collector_v1 table", path));
+  return {};
+}
+
+// Keeps one handle per file for the life of the process (dlopen does the same). A library that is
+// refused is closed again, and so is its file, on every path.
 Result<std::shared_ptr<Library>> load_library(const std::string& path) {
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<Library>> loaded;
   std::lock_guard lock(mutex);
   if (auto it = loaded.find(path); it != loaded.end()) return it->second;
 
-  auto fd = open_trusted(path);
-  if (!fd) return fd.error();
+  auto opened = open_trusted(path);
+  if (!opened) return opened.error();
+  UniqueFd fd(*opened);
   // Load the file that was checked, not whatever the path names a moment later.
-  const std::string by_fd = fmt::format("/proc/self/fd/{}", *fd);
+  const std::string by_fd = fmt::format("/proc/self/fd/{}", fd.get());
   ::dlerror();
-  void* handle = ::dlopen(by_fd.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    ::close(*fd);
+  DlHandle handle(::dlopen(by_fd.c_str(), RTLD_NOW | RTLD_LOCAL));
+  if (handle.get() == nullptr) {
     const char* why = ::dlerror();
     return make_error(Errc::unavailable,
                       fmt::format("cannot load plugin {}: {}", path, why ? why : "dlopen failed"));
   }
   auto lib = std::make_shared<Library>();
-  lib->handle = handle;
-  lib->fd = *fd;
+  lib->handle = handle.get();
   lib->path = path;
-  ::dlerror();
-  void* sym = ::dlsym(handle, SONDE_PLUGIN_ENTRY_NAME);
-  if (sym == nullptr)
-    return make_error(Errc::unavailable,
-                      fmt::format("plugin {} does not export {}()", path, SONDE_PLUGIN_ENTRY_NAME));
-  auto entry = reinterpret_cast<sonde_plugin_entry_fn>(sym);
-  lib->plugin = entry();
-  if (lib->plugin == nullptr)
-    return make_error(Errc::unavailable,
-                      fmt::format("plugin {}: {}() returned NULL", path, SONDE_PLUGIN_ENTRY_NAME));
-  if (lib->plugin->abi_major != SONDE_ABI_MAJOR)
-    return make_error(
-        Errc::unavailable,
-        fmt::format("refusing plugin {}: it was built for sonde plugin ABI {}.{}, this "
-                    "sonde speaks ABI {}.{}; rebuild it against this sonde's headers",
-                    path, lib->plugin->abi_major, lib->plugin->abi_minor, SONDE_ABI_MAJOR,
-                    SONDE_ABI_MINOR));
-  if (lib->plugin->struct_size < offsetof(sonde_plugin, reserved))
-    return make_error(Errc::unavailable,
-                      fmt::format("refusing plugin {}: its sonde_plugin table is "
-                                  "too small ({} bytes)",
-                                  path, lib->plugin->struct_size));
-  const void* cap =
-      lib->plugin->capability ? lib->plugin->capability(SONDE_CAP_COLLECTOR) : nullptr;
-  // A library with status hooks only (SONDE_CAP_STATUS, src/views/status_hooks.cpp) has no
-  // collector: it loads, and the collector factory refuses it.
-  const void* status_cap = lib->plugin->capability && lib->plugin->abi_minor >= 1
-                               ? lib->plugin->capability(SONDE_CAP_STATUS)
-                               : nullptr;
-  if (cap == nullptr && status_cap == nullptr)
-    return make_error(Errc::unavailable, fmt::format("plugin {} provides no collector", path));
-  lib->collector = static_cast<const sonde_collector_v1*>(cap);
-  if (lib->collector != nullptr &&
-      (lib->collector->struct_size < offsetof(sonde_collector_v1, reserved) ||
-       lib->collector->create == nullptr || lib->collector->collect == nullptr ||
-       lib->collector->destroy == nullptr))
-    return make_error(Errc::unavailable,
-                      fmt::format("refusing plugin {}: incomplete sonde_collector_v1 table", path));
+  if (auto ok = check_plugin(*lib); !ok) return ok.error();  // handle and fd closed
+  lib->handle = handle.release();
+  lib->fd = std::move(fd);
   loaded.emplace(path, lib);
   return lib;
 }
