@@ -1,7 +1,8 @@
 // Process plugins: JSON ↔ raw value conversion, the protocol's messages and framing
-// (src/plugins/protocol.cpp), and ProcessCollector (src/plugins/process_host.cpp) driven against
-// scripted child processes: round trips, late replies dropped by tick number, restart after a
-// death, no zombie left behind, stderr passed on with the collector's name, the Python bridge.
+// (src/plugins/protocol.cpp), and ProcessCollector (src/plugins/process_collector.cpp) driven
+// against scripted child processes: round trips, late replies dropped by tick number, restarts
+// and their backoff after a death, no zombie left behind, stderr passed on with the collector's
+// name, the Python bridge.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
