@@ -341,6 +341,11 @@ std::string Engine::handle_results(
                            : raw->ok() ? slot.handler->handle(l, raw->value(), ctx.time_s, out)
                                        : Result<void>(raw->error());
     if (!handled) {
+      // Missing values of a collector restarting its child are not a failure, unless another
+      // level failed for a reason of its own.
+      const bool restarting = handled.error().code == Errc::restarting;
+      if (error.empty()) slot.restarting = restarting;
+      slot.restarting = slot.restarting && restarting;
       std::fill(out.begin(), out.end(), kNaN);
       if (error.empty())
         error = fmt::format("{} level: {}", level_name(l), handled.error().message);
@@ -364,10 +369,13 @@ void Engine::finish_slot(CollectorSlot& slot, std::string error, double spent_s)
   }
   ++slot.calls;
   slot.total_s += spent_s;
-  if (!error.empty())
+  if (!error.empty() && slot.restarting)
+    slot.last_error = error;  // neither a failure nor a success: the count stays
+  else if (!error.empty())
     record_failure(slot, error);
   else
     slot.consecutive_errors = 0;
+  slot.restarting = false;
 }
 
 void Engine::record_failure(CollectorSlot& slot, const std::string& message) {
@@ -431,6 +439,7 @@ const Engine::Tick& Engine::tick() {
     CollectorSlot& slot = slots_[index];
     if (slot.state != CollectorState::ok || slot.guarded) continue;
     const double t0 = monotonic_now();
+    slot.restarting = false;
     std::string error = collect_slot(slot, ctx);
     finish_slot(slot, std::move(error), monotonic_now() - t0);
   }

@@ -51,6 +51,9 @@ struct CollectorSlot {
   double total_s = 0;  ///< time spent in snapshot + collect + handle
   std::uint64_t errors = 0;
   unsigned consecutive_errors = 0;
+  /// This tick's values are missing because the collector is restarting its child process
+  /// (Errc::restarting): not counted as a failure.
+  bool restarting = false;
   std::string last_error;
 };
 

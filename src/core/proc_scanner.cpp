@@ -28,9 +28,9 @@ struct ProcScanner::Entry {
   bool resolving = false;  // cycle guard while resolving through parents
   std::uint8_t level_mask = 0;
   // Kept open across ticks while the fd budget allows.
-  int stat_fd = -1;
-  int statm_fd = -1;
-  int io_fd = -1;
+  UniqueFd stat_fd;
+  UniqueFd statm_fd;
+  UniqueFd io_fd;
   bool io_denied = false;
   // Previous tick.
   bool have_prev = false;
@@ -78,26 +78,24 @@ bool parse_pid(const char* name, int& pid) {
   return ec == std::errc() && p == end && pid > 0;
 }
 
-void close_fd(int& fd, std::size_t& counter) {
-  if (fd >= 0) {
-    ::close(fd);
-    fd = -1;
+// Closes a file kept open, counted in `counter`.
+void close_fd(UniqueFd& fd, std::size_t& counter) {
+  if (fd) {
+    fd.reset();
     --counter;
   }
 }
 
 // Reads a /proc file through an fd kept open, or opens it for this read only.
-long read_proc(int dir_fd, const std::string& rel, int& fd, bool keep, std::size_t& fds_open,
+long read_proc(int dir_fd, const std::string& rel, UniqueFd& fd, bool keep, std::size_t& fds_open,
                std::string& buf) {
-  if (fd >= 0) return pread_all(fd, buf);
-  const int f = ::openat(dir_fd, rel.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f < 0) return -errno;
-  const long n = pread_all(f, buf);
+  if (fd) return pread_all(fd.get(), buf);
+  UniqueFd f(::openat(dir_fd, rel.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!f) return -errno;
+  const long n = pread_all(f.get(), buf);
   if (keep && n >= 0) {
-    fd = f;
+    fd = std::move(f);
     ++fds_open;
-  } else {
-    ::close(f);
   }
   return n;
 }
@@ -122,19 +120,12 @@ ProcScanner::ProcScanner(Roots roots, TargetInfo target, std::array<bool, kNumLe
     : roots_(std::move(roots)), target_(std::move(target)), active_(active), needs_(needs) {
   clk_tck_ = static_cast<double>(::sysconf(_SC_CLK_TCK));
   page_size_ = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  proc_dir_fd_ = ::open(roots_.proc.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  proc_dir_fd_.reset(::open(roots_.proc.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   buf_.resize(4096);
   if (!target_.slurm_job) active_[level_index(Level::slurm)] = false;
 }
 
-ProcScanner::~ProcScanner() {
-  for (auto& [pid, e] : entries_) {
-    close_fd(e->stat_fd, fds_open_);
-    close_fd(e->statm_fd, fds_open_);
-    close_fd(e->io_fd, fds_open_);
-  }
-  if (proc_dir_fd_ >= 0) ::close(proc_dir_fd_);
-}
+ProcScanner::~ProcScanner() = default;
 
 void ProcScanner::set_target_pid(int pid) {
   target_.pid = pid;
@@ -157,7 +148,7 @@ void ProcScanner::set_adopter(int pid, std::function<bool(int)> is_helper) {
 bool ProcScanner::discover(int pid, Entry& e) {
   const std::string dir = std::to_string(pid);
   const bool keep = fds_open_ < fd_budget_;
-  const long n = read_proc(proc_dir_fd_, dir + "/stat", e.stat_fd, keep, fds_open_, buf_);
+  const long n = read_proc(proc_dir_fd_.get(), dir + "/stat", e.stat_fd, keep, fds_open_, buf_);
   if (n < 0) return false;
   auto st = procfs::parse_pid_stat(std::string_view(buf_.data(), static_cast<std::size_t>(n)));
   if (!st) return false;
@@ -492,8 +483,8 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
   std::optional<procfs::PidIo> io;
   if (needs_.io && !e.io_denied) {
     const bool keep_io = fds_open_ < fd_budget_;
-    if (e.io_fd < 0 && !keep_io) ++snap_->reopened_per_tick;
-    const long m = read_proc(proc_dir_fd_, dir + "/io", e.io_fd, keep_io, fds_open_, buf_);
+    if (!e.io_fd && !keep_io) ++snap_->reopened_per_tick;
+    const long m = read_proc(proc_dir_fd_.get(), dir + "/io", e.io_fd, keep_io, fds_open_, buf_);
     if (m == -EACCES || m == -EPERM) {
       e.io_denied = true;
     } else if (m > 0) {
@@ -504,8 +495,8 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
   }
 
   const bool keep = fds_open_ < fd_budget_;
-  if (e.stat_fd < 0 && !keep) ++snap_->reopened_per_tick;
-  long n = read_proc(proc_dir_fd_, dir + "/stat", e.stat_fd, keep, fds_open_, buf_);
+  if (!e.stat_fd && !keep) ++snap_->reopened_per_tick;
+  long n = read_proc(proc_dir_fd_.get(), dir + "/stat", e.stat_fd, keep, fds_open_, buf_);
   if (n <= 0) return gone();
   auto st = procfs::parse_pid_stat(std::string_view(buf_.data(), static_cast<std::size_t>(n)));
   if (!st) return false;
@@ -517,7 +508,7 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
   e.live_ppid = st->ppid;
   s.uid = e.uid;
   s.starttime_ticks = e.starttime_ticks;
-  s.comm = &e.comm;
+  s.set_comm(e.comm);
   s.state = st->state;
   s.cpu_s = static_cast<double>(cpu_ticks) / clk_tck_;
   s.child_cpu_s = static_cast<double>(child_ticks) / clk_tck_;
@@ -535,8 +526,9 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
                          e.read_generation + 1 != generation_;
   if (statm_due) {
     const bool keep_m = fds_open_ < fd_budget_;
-    if (e.statm_fd < 0 && !keep_m) ++snap_->reopened_per_tick;
-    const long m = read_proc(proc_dir_fd_, dir + "/statm", e.statm_fd, keep_m, fds_open_, buf_);
+    if (!e.statm_fd && !keep_m) ++snap_->reopened_per_tick;
+    const long m =
+        read_proc(proc_dir_fd_.get(), dir + "/statm", e.statm_fd, keep_m, fds_open_, buf_);
     auto statm =
         m > 0 ? procfs::parse_pid_statm(std::string_view(buf_.data(), static_cast<std::size_t>(m)))
               : Result<procfs::PidStatm>(make_error(Errc::io, "gone"));
@@ -629,10 +621,9 @@ void ProcScanner::read_threads(int pid, Entry& e, PidSample& s, std::uint64_t cp
       int tid = 0;
       if (!parse_pid(de->d_name, tid)) continue;
       const std::string rel = std::string(de->d_name) + "/stat";
-      const int f = ::openat(dfd, rel.c_str(), O_RDONLY | O_CLOEXEC);
-      if (f < 0) continue;
-      const long n = pread_all(f, buf_);
-      ::close(f);
+      const UniqueFd f(::openat(dfd, rel.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!f) continue;
+      const long n = pread_all(f.get(), buf_);
       if (n <= 0) continue;
       auto st = procfs::parse_pid_stat(std::string_view(buf_.data(), static_cast<std::size_t>(n)));
       if (!st) continue;

@@ -2,12 +2,14 @@
 // One scan of /proc per tick. Builds the pid set of each level and a per-pid sample for the pids
 // that belong to a non-system level. Keeps /proc/<pid>/{stat,io} open across ticks and re-reads
 // them with pread at offset 0; reads a pid's status/environ only once, when it first appears.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -41,10 +43,12 @@ struct PidSample {
   int ppid = 0;
   std::uint32_t uid = 0;
   std::uint64_t starttime_ticks = 0;
-  const std::string* comm = nullptr;  ///< owned by the scanner; valid until the next scan
-  char state = '?';                   ///< field 3 of stat ('Z': a zombie, not yet reaped)
-  double cpu_s = 0;                   ///< utime + stime, seconds
-  double child_cpu_s = 0;             ///< cutime + cstime (waited-for children), seconds
+  /// The command name (field 2 of stat), NUL-terminated: its own copy, at most 15 bytes as the
+  /// kernel keeps it, so that a sample outlives the scan that made it (a late plugin call).
+  char comm_buf[16] = {};
+  char state = '?';              ///< field 3 of stat ('Z': a zombie, not yet reaped)
+  double cpu_s = 0;              ///< utime + stime, seconds
+  double child_cpu_s = 0;        ///< cutime + cstime (waited-for children), seconds
   double cpu_delta_s = 0;        ///< own CPU since the previous tick (whole life if born since)
   double child_cpu_delta_s = 0;  ///< growth of child_cpu_s since the previous tick
   /// Growth of cminflt since the previous tick: the reaped children's fault counts, which tell
@@ -68,6 +72,14 @@ struct PidSample {
   std::uint8_t level_mask = 0;                   ///< bit (1 << level_index) per non-system level
   std::uint32_t share_begin = 0, share_end = 0;  ///< own and reaped CPU in ProcSnapshot::shares
   bool in(Level l) const { return (level_mask >> level_index(l)) & 1u; }
+  std::string_view comm() const { return comm_buf; }
+  const char* comm_c_str() const { return comm_buf; }
+  /// Copies `name`, cut to 15 bytes (a longer one only comes from a plugin protocol peer).
+  void set_comm(std::string_view name) {
+    const std::size_t n = std::min(name.size(), sizeof comm_buf - 1);
+    name.copy(comm_buf, n);
+    comm_buf[n] = '\0';
+  }
 };
 
 /// A pid that is gone and whose reaping parent's counters grew at this tick by at least what was
@@ -162,7 +174,7 @@ class ProcScanner {
   std::size_t fds_open_ = 0;
   unsigned discover_every_ = 1;
   std::size_t total_pids_ = 0;
-  int proc_dir_fd_ = -1;
+  UniqueFd proc_dir_fd_;
   std::uint64_t count_from_ticks_ = 0;  ///< 0: none
   int adopter_ = 0;
   std::function<bool(int)> is_helper_;

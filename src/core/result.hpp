@@ -12,6 +12,7 @@ enum class Errc {
   config,       ///< a configuration file or flag is malformed
   unavailable,  ///< a collector or resource cannot work on this node
   vanished,     ///< a process went away while being read (normal)
+  restarting,   ///< a collector's child process is being restarted: no values, not a failure
   failed,       ///< any other failure
 };
 

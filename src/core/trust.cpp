@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "core/fs.hpp"
+
 namespace sonde {
 
 namespace {
@@ -60,8 +62,8 @@ std::string untrusted_reason(const struct stat& st, std::string_view part,
 
 Result<int> open_trusted(const std::string& path, std::string_view what) {
   // O_NONBLOCK: a FIFO put where a file is expected must not hang the open.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+  if (!fd) {
     const int err = errno;
     if (err == ELOOP)
       return make_error(
@@ -72,19 +74,18 @@ Result<int> open_trusted(const std::string& path, std::string_view what) {
                       fmt::format("cannot read {} {}: {}", what, path, std::strerror(err)));
   }
   const auto refuse = [&](const std::string& why) {
-    ::close(fd);
     return make_error(Errc::unavailable, fmt::format("refusing {} {}: {}", what, path, why));
   };
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return refuse("not a regular file");
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return refuse("not a regular file");
   if (auto why = untrusted_reason(st, "file"); !why.empty()) return refuse(why);
   int err = 0;
   const std::string dir = parent_dir(path);
   if (auto why = check_dir(dir, false, err); !why.empty()) return refuse(why);
   if (err != 0) return refuse(fmt::format("cannot check its directory: {}", std::strerror(err)));
   // Back to blocking reads (a regular file ignores the flag; this keeps reads plain).
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  return fd;
+  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+  return fd.release();
 }
 
 Result<std::string> trusted_program(const std::string& path) {
@@ -97,13 +98,12 @@ Result<std::string> trusted_program(const std::string& path) {
                       fmt::format("cannot run '{}': {}", path, std::strerror(errno)));
   const std::string real = buf;
   // O_PATH: a program may be executable without being readable; fstat is all that is needed.
-  const int fd = ::open(real.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0)
+  const UniqueFd fd(::open(real.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd)
     return make_error(Errc::unavailable,
                       fmt::format("cannot run '{}': {}", path, std::strerror(errno)));
   struct stat st {};
-  const int rc = ::fstat(fd, &st);
-  ::close(fd);
+  const int rc = ::fstat(fd.get(), &st);
   if (rc != 0 || !S_ISREG(st.st_mode)) return refuse("not a regular file");
   if (!(st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH))) return refuse("it is not executable");
   const bool linked = real != path;
@@ -120,28 +120,24 @@ Result<std::string> trusted_program(const std::string& path) {
   return real;
 }
 
-Result<std::string> read_trusted(int fd, const std::string& path, std::size_t max_bytes) {
+Result<std::string> read_trusted(int fd_in, const std::string& path, std::size_t max_bytes) {
+  const UniqueFd fd(fd_in);  // closed on every return
   std::string text;
   char buf[8192];
   for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return make_error(Errc::io, fmt::format("cannot read {}: {}", path, std::strerror(err)));
+      return make_error(Errc::io, fmt::format("cannot read {}: {}", path, std::strerror(errno)));
     }
     if (n == 0) break;
-    if (text.size() + static_cast<std::size_t>(n) > max_bytes) {
-      ::close(fd);
+    if (text.size() + static_cast<std::size_t>(n) > max_bytes)
       return make_error(Errc::config,
                         fmt::format("{}: larger than {} bytes, the most sonde reads as a "
                                     "configuration file",
                                     path, max_bytes));
-    }
     text.append(buf, static_cast<std::size_t>(n));
   }
-  ::close(fd);
   return text;
 }
 

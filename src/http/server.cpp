@@ -22,6 +22,8 @@
 
 #include <fmt/format.h>
 
+#include "core/fs.hpp"
+
 namespace sonde::http {
 
 namespace {
@@ -32,31 +34,7 @@ double now_s() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-/// An owned file descriptor, closed once.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using Fd = UniqueFd;  ///< an owned file descriptor, closed once
 
 /// The key connections are counted under: an IPv4 address (also when IPv4-mapped), or the /64
 /// of an IPv6 one (one host usually holds a whole /64).

@@ -154,7 +154,7 @@ const sonde_pid_info* api_level_pid(const sonde_tick* ct, sonde_level l, size_t 
       info.syscr = p.io.syscr;
       info.syscw = p.io.syscw;
       info.num_threads = p.num_threads;
-      info.comm = p.comm ? p.comm->c_str() : "";
+      info.comm = p.comm_c_str();
       out.push_back(info);
     }
     t->filled[li] = true;

@@ -308,7 +308,7 @@ std::string tick_request(const TickContext& ctx, std::span<const Level> levels, 
       procs.push_back({{"pid", p.pid},
                        {"ppid", p.ppid},
                        {"uid", p.uid},
-                       {"comm", p.comm ? *p.comm : std::string()},
+                       {"comm", std::string(p.comm())},
                        {"cpu_s", p.cpu_s},
                        {"child_cpu_s", p.child_cpu_s},
                        {"cpu_delta_s", p.cpu_delta_s},
@@ -455,7 +455,6 @@ Result<void> parse_tick_request(const json& msg, TickRequest& out) {
     if (!levels) return levels.error();
     out.levels = std::move(*levels);
     out.procs = ProcSnapshot{};
-    out.comms.clear();
     if (auto c = msg.find("context"); c != msg.end() && c->is_object()) {
       out.procs.total_pids = c->value("total_pids", std::size_t{0});
       std::unordered_map<int, std::uint32_t> index;
@@ -465,8 +464,7 @@ Result<void> parse_tick_request(const json& msg, TickRequest& out) {
           s.pid = p.at("pid").get<int>();
           s.ppid = p.value("ppid", 0);
           s.uid = p.value("uid", std::uint32_t{0});
-          out.comms.push_back(p.value("comm", std::string()));
-          s.comm = &out.comms.back();
+          s.set_comm(p.value("comm", std::string()));
           s.cpu_s = p.value("cpu_s", 0.0);
           s.child_cpu_s = p.value("child_cpu_s", 0.0);
           s.cpu_delta_s = p.value("cpu_delta_s", 0.0);

@@ -5,7 +5,6 @@
 // serving side (`sonde plugin-host`, plugin_host.cpp).
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <optional>
 #include <span>
@@ -92,13 +91,11 @@ Result<TickReply> parse_tick_reply(std::string_view line, std::string_view accep
 
 // ---- the serving side (sonde plugin-host) ----
 
-/// A tick request turned back into what a collector reads: the TickContext points into `procs`,
-/// whose PidSample::comm strings live in `comms`.
+/// A tick request turned back into what a collector reads: the TickContext points into `procs`.
 struct TickRequest {
   TickContext ctx;
   std::vector<Level> levels;
   ProcSnapshot procs;
-  std::deque<std::string> comms;
   TickRequest() = default;
   TickRequest(const TickRequest&) = delete;
   TickRequest& operator=(const TickRequest&) = delete;

@@ -77,7 +77,7 @@ void register_plugin_factories(Registry& registry) {
            // The trust checks also hold for the isolated host: check before starting it.
            auto fd = open_trusted(*path);
            if (!fd) return fd.error();
-           ::close(*fd);
+           const UniqueFd checked(*fd);  // only the checks matter here
            return make_process_collector({self_exe(), "plugin-host", *path}, "native", *path, args);
          }
          return make_native_collector(*path, args);

@@ -242,6 +242,81 @@ INSTANTIATE_TEST_SUITE_P(
         Misbehaviour{"Slow", kScalar, true, "deadline of 100.0 ms"}),
     [](const auto& p) { return std::string(p.param.cls); });
 
+// ---- restarts: a crash is one failure, the wait for the restart none ----
+
+// `sonde run --interval 0.1` with one exec collector (tests/plugins/scripted.sh, whose value is the
+// tick number) started with `args`.
+PluginRun run_scripted(const fs::path& dir, const std::string& args, const std::string& seconds) {
+  const fs::path cfg = dir / "plugin.yaml";
+  std::ofstream(cfg) << "collectors:\n  crashy:\n    _target_: exec\n    command: ["
+                     << (kTestPlugins / "scripted.sh").string() << ", " << args
+                     << "]\n    handler: {_target_: ScalarHandler, column: crashy_tick}\n";
+  PluginRun r;
+  r.result = run_command({sonde_binary(), "run", "--quiet", "--interval", "0.1", "--levels",
+                          "process,system", "--config", cfg.string(), "--out",
+                          (dir / "out").string(), "--", workload_binary(), "sleep", seconds},
+                         RunOptions{});
+  if (r.result.status != 0) return r;
+  const fs::path run = run_dir(dir / "out");
+  r.process = read_csv(run / "perf_process.csv");
+  r.system = read_csv(run / "perf_system.csv");
+  return r;
+}
+
+// At 0.1 s a restart 0.5 s after a crash spans 5 ticks: they must not count as failures (before,
+// they did, and one crash disabled the collector for the rest of the run).
+TEST(ProcessPlugins, OneCrashAtATenthOfASecondIsRestartedAndItsRowsResume) {
+  const auto dir = scratch_dir("exec-one-crash");
+  const auto r = run_scripted(dir, "--exit-at, 8", "3");
+  ASSERT_EQ(r.result.status, 0) << r.result.describe();
+  expect_builtins_intact(r);
+  const auto v = r.system.numbers("crashy_tick");
+  ASSERT_GE(v.size(), 20u);
+  // Values up to the crash, a gap while it restarts, values again to the end.
+  const auto gap = std::find_if(v.begin(), v.end(), [](double x) { return std::isnan(x); });
+  ASSERT_NE(gap, v.end()) << "no tick without a value: the child did not crash";
+  const auto back = std::find_if(gap, v.end(), [](double x) { return !std::isnan(x); });
+  ASSERT_NE(back, v.end()) << "no value after the crash; stderr: " << r.result.err;
+  EXPECT_GE(std::distance(gap, back), 3) << "the restart waits 0.5 s";
+  EXPECT_EQ(std::count_if(back, v.end() - 1, [](double x) { return std::isnan(x); }), 0)
+      << "a tick without a value after the restart; stderr: " << r.result.err;
+  EXPECT_GT(*back, 8.0) << "the new child answers the ticks after the crash";
+  EXPECT_EQ(r.result.err.find("disabled"), std::string::npos) << r.result.err;
+  EXPECT_EQ(occurrences(r.result.err,
+                        "collector 'crashy': it closed its stdout (exited with "
+                        "status 3); restarting in 0.5 s (crash 1 of at most 5 "
+                        "within 60 s)"),
+            1u)
+      << r.result.err;
+  EXPECT_EQ(occurrences(r.result.err, "collector 'crashy': restarted (restart 1 of this run)"), 1u)
+      << r.result.err;
+  EXPECT_EQ(occurrences(r.result.err, "restarted ("), 1u) << r.result.err;
+}
+
+// A child that dies at its first tick, every time: restarted after 0.5, 1, 2 and 4 s (each comes
+// up, answers setup, then dies); its 5th crash ends the restarts and the collector is disabled
+// with that reason.
+TEST(ProcessPlugins, RepeatedCrashesEndInDisabledWithTheReason) {
+  const auto dir = scratch_dir("exec-crash-loop");
+  const auto r = run_scripted(dir, "--exit-after, 1", "9.5");
+  ASSERT_EQ(r.result.status, 0) << r.result.describe();
+  expect_builtins_intact(r);
+  const auto v = r.system.numbers("crashy_tick");
+  EXPECT_EQ(count_nan(v), v.size()) << "no child lived to answer";
+  for (const char* delay : {"0.5", "1.0", "2.0", "4.0"})
+    EXPECT_EQ(occurrences(r.result.err, std::string("restarting in ") + delay + " s (crash "), 1u)
+        << delay << "; " << r.result.err;
+  EXPECT_NE(r.result.err.find("collector 'crashy' disabled after 5 consecutive failures; last: "),
+            std::string::npos)
+      << r.result.err;
+  EXPECT_NE(r.result.err.find("level: not restarted after 5 crashes within 60 s; last: it closed "
+                              "its stdout (exited with status 3)"),
+            std::string::npos)
+      << r.result.err;
+  EXPECT_EQ(occurrences(r.result.err, "disabled after"), 1u) << r.result.err;
+  EXPECT_EQ(occurrences(r.result.err, "restarted (restart "), 4u) << r.result.err;
+}
+
 TEST(ProcessPlugins, RaisingCollectorKeepsItsGoodTicks) {
   const auto dir = scratch_dir("py-raises-values");
   const fs::path cfg = dir / "plugin.yaml";

@@ -120,9 +120,45 @@ TEST(ProcScanner, LevelsFollowParentsUidAndSlurmJob) {
   EXPECT_EQ(members(s, Level::slurm), (std::vector<int>{100, 101, 102, 300}));
   EXPECT_TRUE(members(s, Level::system).empty());  // the node level reads node files instead
   ASSERT_NE(find(s, 100), nullptr);
-  EXPECT_EQ(*find(s, 100)->comm, "my (weird) job");
+  EXPECT_EQ(find(s, 100)->comm(), "my (weird) job");
   EXPECT_TRUE(s.target_alive);
   EXPECT_EQ(find(s, 400), nullptr);
+}
+
+// A late plugin worker reads the snapshot it was given (and copies of its samples) after the
+// next scan erased the pid's entry: the command name is the sample's own (under ASan, the
+// pointer into the erased entry that PidSample held before was a heap use after free).
+TEST(ProcScanner, CommOutlivesTheScanThatErasesItsEntry) {
+  FakeProc proc;
+  proc.write({.pid = 1, .ppid = 0, .comm = "init", .uid = 0});
+  proc.write({.pid = 100, .ppid = 1, .comm = "fifteen-bytes-x", .uid = 1000});
+  proc.write({.pid = 101, .ppid = 100, .comm = "short-lived", .uid = 1000});
+  TargetInfo target{.pid = 100, .uid = 1000};
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, target, kAll, {});
+  scanner.scan(1000.0);
+  const std::shared_ptr<const ProcSnapshot> kept = scanner.shared();
+  const PidSample* child = find(*kept, 101);
+  ASSERT_NE(child, nullptr);
+  const PidSample copy = *child;
+  EXPECT_EQ(find(*kept, 100)->comm(), "fifteen-bytes-x");
+  proc.remove(101);
+  for (int i = 1; i <= 3; ++i) {
+    const auto& s = scanner.scan(1000.0 + i);
+    EXPECT_EQ(find(s, 101), nullptr);
+  }
+  EXPECT_EQ(child->comm(), "short-lived");
+  EXPECT_EQ(copy.comm(), "short-lived");
+  EXPECT_STREQ(copy.comm_c_str(), "short-lived");
+}
+
+TEST(PidSample, CommIsCutAtFifteenBytes) {
+  PidSample s;
+  s.set_comm("a-name-longer-than-fifteen-bytes");
+  EXPECT_EQ(s.comm(), "a-name-longer-t");
+  PidSample t = s;
+  s.set_comm("x");
+  EXPECT_EQ(t.comm(), "a-name-longer-t");
+  EXPECT_EQ(s.comm(), "x");
 }
 
 TEST(ProcScanner, DeltasNewPidsAndReapedChildren) {

@@ -1,7 +1,8 @@
 // Process plugins: JSON ↔ raw value conversion, the protocol's messages and framing
-// (src/plugins/protocol.cpp), and ProcessCollector (src/plugins/process_host.cpp) driven against
-// scripted child processes: round trips, late replies dropped by tick number, restart after a
-// death, no zombie left behind, stderr passed on with the collector's name, the Python bridge.
+// (src/plugins/protocol.cpp), and ProcessCollector (src/plugins/process_collector.cpp) driven
+// against scripted child processes: round trips, late replies dropped by tick number, restarts
+// and their backoff after a death, no zombie left behind, stderr passed on with the collector's
+// name, the Python bridge.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -20,6 +21,7 @@
 
 #include "core/engine.hpp"
 #include "plugins/plugins.hpp"
+#include "plugins/process_collector.hpp"
 #include "plugins/protocol.hpp"
 
 namespace sonde::plugins {
@@ -263,7 +265,7 @@ TEST(ProcessProtocol, TickContextSurvivesTheTrip) {
   a.pid = 100;
   a.ppid = 1;
   a.uid = 1000;
-  a.comm = &comm_a;
+  a.set_comm(comm_a);
   a.cpu_s = 2.5;
   a.cpu_delta_s = 0.25;
   a.rss_bytes = 1 << 20;
@@ -273,7 +275,7 @@ TEST(ProcessProtocol, TickContextSurvivesTheTrip) {
   PidSample b = a;
   b.pid = 101;
   b.ppid = 100;
-  b.comm = &comm_b;
+  b.set_comm(comm_b);
   b.level_mask = 0b10;
   snap.pids = {a, b};
   snap.members[level_index(Level::process)] = {0};
@@ -293,7 +295,7 @@ TEST(ProcessProtocol, TickContextSurvivesTheTrip) {
   ASSERT_EQ(req.ctx.procs, &req.procs);
   EXPECT_EQ(req.procs.total_pids, 321u);
   ASSERT_EQ(req.procs.pids.size(), 2u);
-  EXPECT_EQ(*req.procs.pids[1].comm, comm_b);
+  EXPECT_EQ(req.procs.pids[1].comm(), comm_b);
   EXPECT_EQ(req.procs.pids[0].cpu_delta_s, 0.25);
   EXPECT_EQ(req.procs.pids[0].io.read_bytes, 4096u);
   EXPECT_TRUE(req.procs.pids[0].in(Level::process));
@@ -588,9 +590,11 @@ TEST(ProcessCollector, DeadChildIsReapedAndRestartedWithBackoff) {
       << died.error().message;
   EXPECT_NE(died.error().message.find("restarting in 0.5 s"), std::string::npos)
       << died.error().message;
+  EXPECT_EQ(died.error().code, Errc::failed) << "the crash is one failure";
   auto down = tick(*c, 2);  // at once: still within the backoff
   ASSERT_FALSE(down);
   EXPECT_NE(down.error().message.find("restarting in"), std::string::npos) << down.error().message;
+  EXPECT_EQ(down.error().code, Errc::restarting) << "waiting for the restart is not a failure";
 
   // After the backoff a new child answers again (the tick number goes on; the new child exits
   // only when asked for tick 1, which never comes again).
@@ -604,6 +608,89 @@ TEST(ProcessCollector, DeadChildIsReapedAndRestartedWithBackoff) {
   EXPECT_EQ(value_of(back), static_cast<double>(n - 1));
   EXPECT_TRUE(gone(first)) << "the dead child was not reaped";
   c->teardown();
+}
+
+// Every child dies at its first tick: the delay doubles per crash within the window, the ticks in
+// between are "restarting" (not failures), and the last crash the policy allows ends the restarts
+// with a reason that every later tick carries.
+TEST(ProcessCollector, RepeatedCrashesBackOffThenStopRestarting) {
+  static TargetInfo target{static_cast<int>(::getpid()), ::getuid(), std::nullopt};
+  SpawnSpec spec;
+  spec.argv = {(kPlugins / "scripted.sh").string(), "--exit-after", "1"};
+  spec.name = "crashy";
+  const RestartPolicy policy{
+      .first_backoff_s = 0.05, .max_backoff_s = 0.1, .window_s = 60, .max_crashes = 4};
+  std::vector<std::string> warnings;
+  CollectorArgs args = exec_args("crashy", &target, scripted("--exit-after, 1"), 1.0);
+  args.warn = [&](const std::string& m) { warnings.push_back(m); };
+  auto c = make_child_collector(spec, "exec", "scripted.sh", args, {"command"}, policy);
+  ASSERT_TRUE(c->setup());
+  std::vector<double> crashes;
+  std::size_t restarting = 0;
+  Result<RawValue> r = make_error(Errc::failed, "not tried");
+  for (std::uint64_t n = 0; n < 400 && crashes.size() < 4; ++n) {
+    r = tick(*c, n);
+    ASSERT_FALSE(r) << "tick " << n << " has a value from a child that exits at its first tick";
+    if (r.error().code == Errc::restarting)
+      ++restarting;
+    else
+      crashes.push_back(monotonic_now());
+    sleep_s(0.005);
+  }
+  ASSERT_EQ(crashes.size(), 4u) << r.error().message;
+  EXPECT_GT(restarting, 0u);
+  // 0.05 s, then 0.1 s twice (the cap) between the crashes.
+  EXPECT_GE(crashes[1] - crashes[0], 0.05);
+  EXPECT_GE(crashes[2] - crashes[1], 0.1);
+  EXPECT_GE(crashes[3] - crashes[2], 0.1);
+  const std::string why = r.error().message;
+  EXPECT_NE(why.find("not restarted after 4 crashes within 60 s; last: it closed its stdout"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("exited with status 3"), std::string::npos) << why;
+  // From now on every tick fails with that reason (the engine disables the collector).
+  sleep_s(0.2);
+  auto later = tick(*c, 1000);
+  ASSERT_FALSE(later);
+  EXPECT_EQ(later.error().code, Errc::failed);
+  EXPECT_EQ(later.error().message, why);
+  // One warning per crash and per restart (each child comes up, then dies at its tick), and the
+  // last one says the restarts ended.
+  ASSERT_EQ(warnings.size(), 7u);
+  EXPECT_NE(warnings[0].find("collector 'crashy': it closed its stdout"), std::string::npos)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find("crash 1 of at most 4 within 60 s"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[1].find("collector 'crashy': restarted (restart 1 of this run)"),
+            std::string::npos)
+      << warnings[1];
+  EXPECT_NE(warnings[6].find("not restarted after 4 crashes"), std::string::npos) << warnings[6];
+  c->teardown();
+}
+
+TEST(ProcessCollector, ARestartThatCannotStartEndsTheRestarts) {
+  const fs::path dir = temp_dir();
+  const fs::path copy = dir / "plugin.sh";
+  fs::copy_file(kPlugins / "scripted.sh", copy);
+  fs::permissions(copy, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+  auto c =
+      make_exec("[" + copy.string() + ", --exit-at, 1, --remove-on-exit, " + copy.string() + "]");
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->setup()) << "trust rules refused the copy in " << dir;
+  EXPECT_EQ(value_of(tick(*c, 0)), 0.0);
+  EXPECT_FALSE(tick(*c, 1));  // the crash; the file is gone now
+  Result<RawValue> r = make_error(Errc::restarting, "not tried");
+  for (std::uint64_t n = 2; n < 100 && !r && r.error().code == Errc::restarting; ++n) {
+    sleep_s(0.05);
+    r = tick(*c, n);
+  }
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::failed);
+  EXPECT_NE(r.error().message.find("not restarted: cannot run '" + copy.string()),
+            std::string::npos)
+      << r.error().message;
+  c->teardown();
+  fs::remove_all(dir);
 }
 
 TEST(ProcessCollector, TeardownLeavesNoProcessBehind) {
@@ -821,7 +908,7 @@ TEST_F(PythonBridge, ContextCarriesThePidsOfEachLevel) {
   for (int pid : {10, 11, 12}) {
     PidSample s;
     s.pid = pid;
-    s.comm = &comm;
+    s.set_comm(comm);
     t.snap.pids.push_back(s);
   }
   t.snap.members[level_index(Level::process)] = {0};
