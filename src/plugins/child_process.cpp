@@ -18,7 +18,7 @@
 
 #include <fmt/format.h>
 
-#include "core/engine.hpp"
+#include "core/clock.hpp"
 #include "core/helper_children.hpp"
 #include "core/trust.hpp"
 

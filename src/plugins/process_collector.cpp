@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "core/engine.hpp"
+#include "core/clock.hpp"
 #include "plugins/protocol.hpp"
 
 namespace sonde::plugins {

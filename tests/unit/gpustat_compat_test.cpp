@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "plugins/status_hooks.hpp"
 #include "views/status.hpp"
+#include "views/status_hooks.hpp"
 
 namespace sonde::status {
 namespace {
