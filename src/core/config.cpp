@@ -14,14 +14,65 @@
 #include <iostream>
 #include <iterator>
 #include <span>
+#include <sstream>
 #include <string_view>
 #include <utility>
+
+#include <yaml-cpp/eventhandler.h>
 
 #include "core/trust.hpp"
 
 namespace sonde {
 
 namespace {
+
+// Counts a YAML stream's documents, up to `cap`, remembering where the second one starts. Not
+// YAML::LoadAll: on some malformed input (",21:rs []") yaml-cpp 0.7's parser reports an endless
+// series of empty documents, and LoadAll collects them until memory runs out (found by
+// tests/fuzz/config_fuzz.cpp).
+class DocumentCounter final : public YAML::EventHandler {
+ public:
+  std::size_t documents = 0;
+  YAML::Mark second;  ///< where the second document's first node is (else its start)
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents == 2) second = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void node(const YAML::Mark& mark) {
+    if (documents == 2 && !second_node_) {
+      second = mark;
+      second_node_ = true;
+    }
+  }
+  bool second_node_ = false;
+};
+
+DocumentCounter count_documents(const std::string& text, std::size_t cap) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentCounter counter;
+  std::size_t handled = 0;
+  while (handled < cap && parser.HandleNextDocument(counter)) ++handled;
+  return counter;
+}
 
 // The only global: the built-in defaults, merged first under the name "<defaults>".
 constexpr const char* kDefaultConfigYaml =
@@ -658,11 +709,11 @@ const std::string& default_config_yaml() {
 Result<void> merge_config_text(Config& cfg, const std::string& text, const std::string& file) {
   Config merged = cfg;  // a failed merge leaves `cfg` as it was
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    if (docs.size() > 1) {
-      return config_error(origin_at(file, docs[1].Mark()),
-                          "expected one YAML document, found " + std::to_string(docs.size()));
-    }
+    if (const DocumentCounter counted = count_documents(text, 2); counted.documents > 1)
+      return config_error(origin_at(file, counted.second),
+                          "expected one YAML document, found 2 or more");
+    std::vector<YAML::Node> docs;
+    if (YAML::Node first = YAML::Load(text); first.IsDefined()) docs.push_back(std::move(first));
     // Aliases share nodes, so a small file can stand for a huge tree ("billion laughs") that
     // `config show`, the collectors' arguments and their children would build in full.
     const std::size_t limit =

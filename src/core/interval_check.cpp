@@ -8,10 +8,11 @@
 namespace sonde {
 
 std::optional<std::string> IntervalCheck::observe(double tick_cost_s, std::uint64_t missed_total) {
+  if (warned_) return std::nullopt;  // the manifest keeps the figures the warning was based on
   ++ticks_;
   cost_sum_s_ += std::max(0.0, tick_cost_s);
   missed_ = missed_total;
-  if (warned_ || ticks_ < judge_after_) return std::nullopt;
+  if (ticks_ < judge_after_) return std::nullopt;
   const double mean = cost_sum_s_ / static_cast<double>(ticks_);
   const bool too_slow = mean >= interval_s_;
   const bool missing = missed_ * 4 >= ticks_ + missed_;  // a quarter of the slots or more

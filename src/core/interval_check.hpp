@@ -22,7 +22,8 @@ class IntervalCheck {
   std::optional<std::string> observe(double tick_cost_s, std::uint64_t missed_total);
 
   /// {"interval_s", "mean_tick_cost_s", "ticks", "missed", "sustainable_interval_s", "why"} once
-  /// warned; null otherwise.
+  /// warned, with the figures of when it warned (ticks and missed slots up to then); null
+  /// otherwise.
   nlohmann::json manifest_entry() const;
   bool warned() const { return warned_; }
 
