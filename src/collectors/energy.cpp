@@ -320,33 +320,15 @@ class EnergyCollector final : public Collector {
     return busy > 0 ? std::min(1.0, used / busy) : 1.0;
   }
 
-  // As the gpu collector's power (src/collectors/gpu.cpp).
+  // The level's share of the GPU's power, as the gpu collector's (gpu::process_use).
   double gpu_share(std::size_t index, const TickContext& ctx, Level level) const {
     if (index >= snap_.devices.size()) return kNaN;
     const gpu::GpuDevice& d = snap_.devices[index];
     if (d.error || !d.processes) return kNaN;
     std::unordered_set<int> pids;
     for (auto idx : members(ctx, level)) pids.insert(ctx.procs->pids[idx].pid);
-    bool any = false, mem_known = false, sm_known = false;
-    double sm = 0, bytes = 0;
-    for (const gpu::GpuProcess& p : *d.processes) {
-      if (!pids.contains(p.pid)) continue;
-      any = true;
-      if (p.used_memory_bytes) {
-        mem_known = true;
-        bytes += static_cast<double>(*p.used_memory_bytes);
-      }
-      if (p.sm_util) {
-        sm_known = true;
-        sm += *p.sm_util;
-      }
-    }
-    if (!any) return 0;
-    const double u = sm_known ? std::min(sm, 100.0) : (d.util_gpu ? *d.util_gpu : kNaN);
-    if (d.util_gpu && *d.util_gpu > 0 && !std::isnan(u)) return std::min(1.0, u / *d.util_gpu);
-    if (d.mem_used_bytes && *d.mem_used_bytes > 0 && mem_known)
-      return std::min(1.0, bytes / static_cast<double>(*d.mem_used_bytes));
-    return kNaN;
+    const gpu::ProcessUse use = gpu::process_use(d, pids);
+    return use.any ? use.power_share : 0;
   }
 
   Roots roots_;

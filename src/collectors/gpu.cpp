@@ -125,38 +125,15 @@ class GpuCollector final : public Collector {
     for (std::size_t i = 0; i < n; ++i) {
       const gpu::GpuDevice& d = snap_.devices[i];
       if (d.error || !d.processes) continue;
-      bool any = false, mem_known = false, sm_known = false, band_known = false;
-      double sm = 0, bw = 0, bytes = 0;
-      for (const gpu::GpuProcess& p : *d.processes) {
-        if (!pids.contains(p.pid)) continue;
-        any = true;
-        if (p.used_memory_bytes) {
-          mem_known = true;
-          bytes += static_cast<double>(*p.used_memory_bytes);
-        }
-        if (p.sm_util) {
-          sm_known = true;
-          sm += *p.sm_util;
-        }
-        if (p.mem_util) {
-          band_known = true;
-          bw += *p.mem_util;
-        }
-      }
-      if (!any) {
+      const gpu::ProcessUse use = gpu::process_use(d, pids);
+      if (!use.any) {
         for (auto& m : out.metrics) m[i] = 0;
         continue;
       }
-      const double u = sm_known ? std::min(sm, 100.0) : value(d.util_gpu);
-      out.metrics[0][i] = u;
-      out.metrics[1][i] = band_known ? std::min(bw, 100.0) : value(d.util_mem);
-      out.metrics[2][i] = mem_known ? bytes / kGiB : kNaN;
-      double share = kNaN;
-      if (d.util_gpu && *d.util_gpu > 0 && !std::isnan(u))
-        share = std::min(1.0, u / *d.util_gpu);
-      else if (d.mem_used_bytes && *d.mem_used_bytes > 0 && mem_known)
-        share = std::min(1.0, bytes / static_cast<double>(*d.mem_used_bytes));
-      out.metrics[3][i] = d.power_w ? *d.power_w * share : kNaN;
+      out.metrics[0][i] = use.util;
+      out.metrics[1][i] = use.mem_util ? *use.mem_util : value(d.util_mem);
+      out.metrics[2][i] = use.memory_bytes ? *use.memory_bytes / kGiB : kNaN;
+      out.metrics[3][i] = d.power_w ? *d.power_w * use.power_share : kNaN;
     }
     return out;
   }

@@ -1,6 +1,10 @@
 // open_gpus / query_all: every vendor backend that can be opened here.
 #include "gpu/gpu.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "gpu/backends.hpp"
 
 namespace sonde::gpu {
@@ -33,6 +37,29 @@ GpuSnapshot query_all(Gpus& gpus, bool with_processes) {
     for (int i = 0; i < n; ++i) s.devices.push_back(b->query(i, with_processes));
   }
   return s;
+}
+
+ProcessUse process_use(const GpuDevice& d, const std::unordered_set<int>& pids) {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  ProcessUse use;
+  double sm = 0, bw = 0, bytes = 0;
+  for (const GpuProcess& p : *d.processes) {
+    if (!pids.contains(p.pid)) continue;
+    use.any = true;
+    if (p.used_memory_bytes) bytes += static_cast<double>(*p.used_memory_bytes);
+    if (p.sm_util) sm += *p.sm_util;
+    if (p.mem_util) bw += *p.mem_util;
+    if (p.used_memory_bytes) use.memory_bytes = bytes;
+    if (p.sm_util) use.sm_util = std::min(sm, 100.0);
+    if (p.mem_util) use.mem_util = std::min(bw, 100.0);
+  }
+  use.util = use.sm_util ? *use.sm_util : d.util_gpu ? *d.util_gpu : kNaN;
+  use.power_share = kNaN;
+  if (d.util_gpu && *d.util_gpu > 0 && !std::isnan(use.util))
+    use.power_share = std::min(1.0, use.util / *d.util_gpu);
+  else if (d.mem_used_bytes && *d.mem_used_bytes > 0 && use.memory_bytes)
+    use.power_share = std::min(1.0, *use.memory_bytes / static_cast<double>(*d.mem_used_bytes));
+  return use;
 }
 
 }  // namespace sonde::gpu

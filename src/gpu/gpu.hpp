@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace sonde::gpu {
@@ -47,6 +48,21 @@ struct GpuSnapshot {
   std::string nvidia_driver;       ///< empty without NVML
   std::string amd_driver;          ///< empty without ROCm SMI
 };
+
+/// What a set of processes (a level's members) uses of one device: sums over its processes there.
+struct ProcessUse {
+  bool any = false;                    ///< one of the processes is on the device
+  std::optional<double> sm_util;       ///< %, capped at 100, where the driver gives it per process
+  std::optional<double> mem_util;      ///< memory-bandwidth %, capped at 100, likewise
+  std::optional<double> memory_bytes;  ///< where the driver gives it per process
+  /// The processes' utilisation: their SM use, else the device's (NaN when neither is known).
+  double util = 0;
+  /// The share of the device's power (and energy) that falls to them: their utilisation over the
+  /// device's, else their memory over the device's; NaN when neither can be told.
+  double power_share = 0;
+};
+/// `d` must have a process list (`d.processes`).
+ProcessUse process_use(const GpuDevice& d, const std::unordered_set<int>& pids);
 
 /// One vendor library, loaded and initialised. Not thread-safe: one thread queries it.
 class Backend {
