@@ -112,8 +112,11 @@ def test_missing_config_file():
         sonde.Monitor(config="/nonexistent/sonde.yaml")
 
 
-def test_plugin_collector_from_config():
+def test_plugin_collector_from_config(monkeypatch):
     """A process plugin (exec, POSIX sh) configured in YAML gives its columns to the DataFrame."""
+    # The ThreadSanitizer build runs this interpreter with libtsan preloaded (python/CMakeLists.txt);
+    # the plugin's sh must not inherit it (an uninstrumented sh crashes under it).
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
     cfg = os.path.join(SOURCE_DIR, "examples", "plugins", "exec_shell", "sonde.yaml")
     m = sonde.Monitor(interval=0.1, levels="process,system", config=cfg)
     assert "load_0" in m.columns("system")
