@@ -44,11 +44,8 @@ def resolve_metrics(frame, metrics):
     return out
 
 
-def make_figure(frame, metrics, cells, level, window=None, title=None, compress=False):
-    """Returns a matplotlib Figure (Agg canvas)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
+def _prepare(frame, metrics, cells, window, compress):
+    """The metrics, rows, x axis and cell spans both backends draw."""
     metrics = resolve_metrics(frame, metrics)
     df = select_rows(frame, window)
     if len(df) == 0:
@@ -57,6 +54,15 @@ def make_figure(frame, metrics, cells, level, window=None, title=None, compress=
     df, x, spans = _axis(df, cells, window, compress)
     if len(df) == 0:
         raise UsageError("no samples inside these cells (they ran for less than an interval)")
+    return metrics, df, x, spans
+
+
+def make_figure(frame, metrics, cells, level, window=None, title=None, compress=False):
+    """Returns a matplotlib Figure (Agg canvas)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    metrics, df, x, spans = _prepare(frame, metrics, cells, window, compress)
     fig = Figure(figsize=(8, 2.2 * len(metrics) + 0.6), constrained_layout=True)
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(metrics), 1, sharex=True, squeeze=False)[:, 0]
@@ -137,14 +143,7 @@ def make_plotly_figure(frame, metrics, cells, level, window=None, title=None, co
     from plotly.subplots import make_subplots
     import plotly.graph_objects as go
 
-    metrics = resolve_metrics(frame, metrics)
-    df = select_rows(frame, window)
-    if len(df) == 0:
-        raise UsageError("no samples to plot in this range (the monitor has not sampled yet, "
-                         "or the cells ran while it was stopped)")
-    df, x, spans = _axis(df, cells, window, compress)
-    if len(df) == 0:
-        raise UsageError("no samples inside these cells (they ran for less than an interval)")
+    metrics, df, x, spans = _prepare(frame, metrics, cells, window, compress)
     fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.06)
     shapes, notes = [], []
     for row, m in enumerate(metrics, start=1):
