@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -224,6 +225,71 @@ bool indented_with_tab(std::string_view text, int line) {
   std::size_t end = text.find_first_not_of(" \t", pos);
   return text.substr(pos, end == std::string_view::npos ? end : end - pos).find('\t') !=
          std::string_view::npos;
+}
+
+/// The first character YAML does not allow in a stream (it allows tab, line feed, carriage
+/// return and printable Unicode in UTF-8), or nullopt. yaml-cpp accepts raw control bytes and
+/// invalid UTF-8 but `config show` cannot print them back as YAML (found by
+/// tests/fuzz/config_fuzz.cpp), so they are refused where they are, before parsing.
+struct BadCharacter {
+  int line = 0;    ///< 0-based, as yaml-cpp's marks
+  int column = 0;  ///< 0-based, in characters
+  std::string what;
+};
+
+std::optional<BadCharacter> first_bad_character(std::string_view text) {
+  int line = 0;
+  int column = 0;
+  std::size_t i = 0;
+  auto bad = [&](std::string what) { return BadCharacter{line, column, std::move(what)}; };
+  auto hex = [](unsigned v, int digits) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%0*X", digits, v);
+    return std::string(buf);
+  };
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      if (c == '\n') {
+        ++line;
+        column = 0;
+        ++i;
+        continue;
+      }
+      if ((c < 0x20 && c != '\t' && c != '\r') || c == 0x7F)
+        return bad("control character U+" + hex(c, 4));
+      ++column;
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence: its length, the smallest code point it may encode (no overlong forms).
+    std::size_t len = 0;
+    unsigned cp = 0;
+    unsigned min = 0;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+      return bad("byte 0x" + hex(c, 2) + ", which is not UTF-8");
+    }
+    for (std::size_t k = 1; k < len; ++k) {
+      if (i + k >= text.size()) return bad("a UTF-8 sequence cut short at the end of the file");
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xC0) != 0x80) return bad("byte 0x" + hex(c, 2) + ", which is not UTF-8");
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return bad("byte 0x" + hex(c, 2) + ", which is not UTF-8");
+    // YAML's printable set leaves out the C1 controls (but NEL), the surrogates and U+FFFE/FFFF.
+    if ((cp >= 0x80 && cp <= 0x9F && cp != 0x85) || cp == 0xFFFE || cp == 0xFFFF)
+      return bad("control character U+" + hex(cp, 4));
+    ++column;
+    i += len;
+  }
+  return std::nullopt;
 }
 
 std::string format_double(double v) {
@@ -600,15 +666,24 @@ void emit_node(YAML::Emitter& out, const YAML::Node& n) {
 
 /// Walks `n` as if every alias were expanded, spending one unit of `budget` per node; true
 /// (and stops) when the budget runs out. Its cost is bounded by the budget, not by the tree.
-bool expands_beyond(const YAML::Node& n, std::size_t& budget) {
+/// `depth` counts the nesting: past kMaxNesting it stops as well (`too_deep`), before a tree
+/// that refers to itself through an alias ("&a [*a]") or a deep one overflows the stack.
+constexpr int kMaxNesting = 64;
+bool expands_beyond(const YAML::Node& n, std::size_t& budget, bool& too_deep, int depth = 0) {
   if (budget == 0) return true;
+  if (depth > kMaxNesting) {
+    too_deep = true;
+    return true;
+  }
   --budget;
   if (n.IsSequence()) {
     for (const auto& item : n)
-      if (expands_beyond(item, budget)) return true;
+      if (expands_beyond(item, budget, too_deep, depth + 1)) return true;
   } else if (n.IsMap()) {
     for (const auto& kv : n)
-      if (expands_beyond(kv.first, budget) || expands_beyond(kv.second, budget)) return true;
+      if (expands_beyond(kv.first, budget, too_deep, depth + 1) ||
+          expands_beyond(kv.second, budget, too_deep, depth + 1))
+        return true;
   }
   return false;
 }
@@ -708,6 +783,12 @@ const std::string& default_config_yaml() {
 
 Result<void> merge_config_text(Config& cfg, const std::string& text, const std::string& file) {
   Config merged = cfg;  // a failed merge leaves `cfg` as it was
+  if (auto bad = first_bad_character(text)) {
+    return config_error(Origin{file, bad->line + 1, bad->column + 1},
+                        "invalid YAML: " + bad->what +
+                            " (a configuration is UTF-8 text; write other characters as escapes "
+                            "in a double-quoted string, e.g. \"\\x01\")");
+  }
   try {
     if (const DocumentCounter counted = count_documents(text, 2); counted.documents > 1)
       return config_error(origin_at(file, counted.second),
@@ -719,7 +800,14 @@ Result<void> merge_config_text(Config& cfg, const std::string& text, const std::
     const std::size_t limit =
         std::min(kMaxExpandedNodes, 1000 + kMaxExpandedNodesPerByte * text.size());
     std::size_t budget = limit;
-    if (!docs.empty() && expands_beyond(docs[0], budget)) {
+    bool too_deep = false;
+    if (!docs.empty() && expands_beyond(docs[0], budget, too_deep)) {
+      if (too_deep) {
+        return config_error(origin_at(file, docs[0].Mark()),
+                            "the YAML nests deeper than " + std::to_string(kMaxNesting) +
+                                " levels (or an alias refers to a node that holds it); "
+                                "refusing it");
+      }
       return config_error(origin_at(file, docs[0].Mark()),
                           "the YAML expands to more than " + std::to_string(limit) +
                               " nodes through its aliases (at most " +

@@ -637,7 +637,7 @@ TEST(ConfigDump, DefaultsRoundTrip) {
 
 struct BadCase {
   const char* name;
-  const char* text;
+  std::string_view text;
   int line;
   const char* expected;  ///< a fragment of the message
 };
@@ -774,6 +774,13 @@ const BadCase kBadCases[] = {
      "    h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g, *g]\n"
      "    i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h, *h]\n",
      1, "the YAML expands to more than"},
+    {"self_alias", "collectors:\n  cpu:\n    a: &a [x, *a]\n", 1, "nests deeper than 64 levels"},
+    {"control_byte", "interval: 0.5\nout_dir: \"ab\x01\"\n", 2,
+     "invalid YAML: control character U+0001"},
+    {"nul_in_key", std::string_view("collectors:\n  cp\0u: {}\n", 22), 2,
+     "control character U+0000"},
+    {"not_utf8", "interval: 0.5\n# caf\xe9\n", 2, "byte 0xE9, which is not UTF-8"},
+    {"utf8_cut_short", "out_dir: x\xe2\x82", 1, "a UTF-8 sequence cut short"},
 };
 
 void PrintTo(const BadCase& c, std::ostream* os) {
@@ -785,7 +792,7 @@ class ConfigMalformed : public ::testing::TestWithParam<BadCase> {};
 TEST_P(ConfigMalformed, NamesFileLineAndExpectation) {
   const BadCase& c = GetParam();
   Config cfg = defaults();
-  auto r = merge_config_text(cfg, c.text, "config.yaml");
+  auto r = merge_config_text(cfg, std::string(c.text), "config.yaml");
   ASSERT_FALSE(r.ok()) << "accepted:\n" << c.text;
   const std::string& msg = r.error().message;
   EXPECT_EQ(r.error().code, Errc::config);
