@@ -34,6 +34,7 @@ per job on it (G GPUs per node, g per job). Output is streamed: memory stays sma
 nodes; the file is ~90 bytes a sample.
 """
 import argparse
+import functools
 import json
 import math
 import sys
@@ -235,6 +236,7 @@ def generate(cluster, out):
     # ---- node level (what sonde serve exports without --per-job)
     ncpu = cluster.cpus_per_node
 
+    @functools.lru_cache(maxsize=None)  # the per-CPU series read it once per CPU
     def node_cpu(node, t):
         return min(1.0, (sum(p.cores(t) for p in active(node, t)) + 0.02 * ncpu) / ncpu)
 
