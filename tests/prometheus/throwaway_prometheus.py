@@ -281,6 +281,17 @@ def main(argv=None):
             except (OSError, ValueError):
                 print(f"throwaway_prometheus: no server started on {args.dir} ({pid_file})", file=sys.stderr)
                 return 1
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read().split(b"\0")
+            except OSError:
+                cmdline = []
+            data_flag = f"--storage.tsdb.path={os.path.join(os.path.abspath(args.dir), 'data')}".encode()
+            if data_flag not in cmdline:  # gone, or the pid was reused: nothing of ours to stop
+                print(f"throwaway_prometheus: process {pid} is not prometheus on {args.dir}; removing {pid_file}",
+                      file=sys.stderr)
+                os.unlink(pid_file)
+                return 1
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
