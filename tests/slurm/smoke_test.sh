@@ -46,6 +46,8 @@ wait_state() {
 }
 
 if [[ $what == lost-node ]]; then
+  # Whatever happens, n3 is back for the next test.
+  trap '"$cluster" start-node "$dir" n3 >/dev/null 2>&1 || true' EXIT
   jid=$(sbatch --parsable -N3 --no-kill -o "$dir/lost-node-%j.out" --wrap 'sleep 300')
   wait_state n3 20 '^(mix|alloc)$' >/dev/null || fail "job $jid did not start on n3"
   "$cluster" stop-node "$dir" n3
