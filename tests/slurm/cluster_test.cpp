@@ -30,7 +30,7 @@ TEST(SlurmCluster, StreamOnEveryNodeThroughSrun) {
   const auto dir = slurm::cluster_dir();
   ASSERT_TRUE(dir)
       << "SONDE_SLURM_CLUSTER_DIR is not set (ctest sets it with the slurm_cluster fixture)";
-  const std::string stream = std::string("timeout -s INT 2 ") + sonde_binary() +
+  const std::string stream = std::string("timeout -s INT 4 ") + sonde_binary() +
                              " stream --levels slurm,system --interval 0.5 --target-pid $$";
   const auto r = run_command({"srun", "-N3", "--ntasks-per-node=1", "--label", "sh", "-c", stream},
                              on_cluster(*dir));
