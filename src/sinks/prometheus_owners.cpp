@@ -13,6 +13,7 @@
 #include <limits>
 #include <unordered_set>
 
+#include "core/clock.hpp"
 #include "core/pid_reads.hpp"
 #include "core/procfs.hpp"
 
@@ -561,7 +562,15 @@ void OwnerScanner::learn_job(int pid, const std::string& job, const std::string&
 }
 
 const OwnerUsage& OwnerScanner::scan() {
-  if (jobs_) slurm_cgroups_ = node_has_slurm_cgroups(roots_);
+  // Whether Slurm uses cgroups here changes only when slurmd is reconfigured: looked at again
+  // every 5 s (on cgroup v1 it lists every controller's directory).
+  if (jobs_) {
+    const double now = monotonic_now();
+    if (now - slurm_cgroups_checked_ >= 5) {
+      slurm_cgroups_ = node_has_slurm_cgroups(roots_);
+      slurm_cgroups_checked_ = now;
+    }
+  }
   list_pids(roots_.proc, listing_);
   records_.clear();
   std::unordered_map<int, Known> seen;

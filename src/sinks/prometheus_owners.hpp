@@ -198,7 +198,8 @@ class OwnerScanner {
 
   Roots roots_;
   bool jobs_;
-  bool slurm_cgroups_ = false;  ///< node_has_slurm_cgroups, refreshed every scan
+  bool slurm_cgroups_ = false;  ///< node_has_slurm_cgroups, refreshed every 5 s
+  double slurm_cgroups_checked_ = -1e300;
   CgroupLayout layout_;
   OwnerAggregator aggregator_;
   GpuAttributor gpus_;
