@@ -58,7 +58,9 @@ time.sleep(600)
 
 
 def start_job(jobid, script, *args, extra_env=None):
-    env = dict(os.environ, SLURM_JOB_ID=str(jobid))
+    # Nothing inherited from a Slurm job the test itself may run in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["SLURM_JOB_ID"] = str(jobid)
     env.update(extra_env or {})
     p = subprocess.Popen([sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE,
                          stdin=subprocess.DEVNULL, text=True)
