@@ -22,7 +22,7 @@ JobGpus::JobGpus(gpu::Gpus gpus) : gpus_(std::move(gpus)) {}
 
 std::vector<prom::JobGpuUse> JobGpus::attribute(const std::map<std::string, std::vector<int>>& pids,
                                                 double now_s) {
-  const gpu::GpuSnapshot snap = gpu::query_all(gpus_, true);
+  const gpu::GpuSnapshot snap = gpu::query_all(gpus_, !pids.empty());  // process lists: for jobs
   devices_.resize(snap.devices.size());
   std::vector<prom::JobGpuUse> out;
   for (std::size_t i = 0; i < snap.devices.size(); ++i) {

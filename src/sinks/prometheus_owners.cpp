@@ -641,7 +641,9 @@ const OwnerUsage& OwnerScanner::scan() {
       }
       facts.emplace(job, std::move(f));
     }
-    if (gpus_ && !pids_by_job.empty()) gpu_use = gpus_(pids_by_job);
+    // Also without jobs: the devices' energy counters must be followed, so that a job that
+    // starts gets only its own share of the energy from then on.
+    if (gpus_) gpu_use = gpus_(pids_by_job);
   }
   return aggregator_.update(
       records_, [this](std::uint32_t uid) { return user_name(uid); }, facts, gpu_use);

@@ -175,7 +175,8 @@ JobEnvironment job_environment(std::string_view environ_text);
 class OwnerScanner {
  public:
   OwnerScanner(Roots roots, bool users, bool jobs, std::size_t max_series);
-  /// GPUs held by each job's processes (pids by job); called once per scan when set.
+  /// GPUs held by each job's processes (pids by job); called once per scan when set, also
+  /// with no job (to follow the devices' energy counters).
   using GpuAttributor =
       std::function<std::vector<JobGpuUse>(const std::map<std::string, std::vector<int>>&)>;
   void set_gpu_attributor(GpuAttributor g) { gpus_ = std::move(g); }
