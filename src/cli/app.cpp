@@ -161,12 +161,19 @@ int run_cli(int argc, char** argv) {
   serve->add_option("--listen", serve_opts.listen,
                     "HOST:PORT to listen on (default 127.0.0.1:9850; port 0: any free port)");
   serve->add_flag("--per-user", serve_opts.per_user, "CPU, memory and processes per user");
-  serve->add_flag("--per-job", serve_opts.per_job, "CPU, memory and processes per Slurm job");
+  serve->add_flag("--per-job", serve_opts.per_job,
+                  "CPU, memory, I/O, GPUs and processes per Slurm job");
   serve
       ->add_option("--max-series", serve_opts.max_series,
                    "label values per user/job family before the rest is summed as \"other\" "
                    "(default 100)")
       ->check(in_range("--max-series", true));
+  serve->add_option("--tls-cert", serve_opts.tls_cert,
+                    "serve HTTPS with this PEM certificate (chain); needs --tls-key");
+  serve->add_option("--tls-key", serve_opts.tls_key,
+                    "the certificate's PEM private key (not readable by others)");
+  serve->add_option("--basic-auth-file", serve_opts.basic_auth_file,
+                    "require HTTP basic authentication: a file of USER:SHA256-of-password lines");
 
   bool timing = false;
   auto* collectors =

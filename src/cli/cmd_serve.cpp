@@ -13,13 +13,17 @@
 #include <cstring>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "cli/serve_gpus.hpp"
+#include "core/clock.hpp"
 #include "core/gzip.hpp"
 #include "core/sampler.hpp"
+#include "http/basic_auth.hpp"
 #include "http/server.hpp"
 #include "sinks/prometheus.hpp"
 #include "sinks/prometheus_owners.hpp"
@@ -34,7 +38,7 @@ bool accepts_gzip(std::string_view accept_encoding) {
 }
 
 /// The HTTP server's own figures (docs/prometheus.md, "sonde itself"), appended to a scrape.
-void append_http_stats(const http::ServerStats& st, bool om, std::string& out) {
+void append_http_stats(const http::ServerStats& st, bool tls, bool om, std::string& out) {
   const auto load = [](const std::atomic<std::uint64_t>& v) {
     return v.load(std::memory_order_relaxed);
   };
@@ -62,6 +66,9 @@ void append_http_stats(const http::ServerStats& st, bool om, std::string& out) {
   for (const auto& [reason, value] : reasons)
     fmt::format_to(it, "sonde_http_connections_closed_total{{reason=\"{}\"}} {}\n", reason,
                    load(*value));
+  if (tls)
+    fmt::format_to(it, "sonde_http_connections_closed_total{{reason=\"tls_error\"}} {}\n",
+                   load(st.tls_failures));
 }
 
 constexpr const char* kIndexPage =
@@ -103,12 +110,30 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
     print_error(listen.error().message);
     return kExitUsage;
   }
+  if (so.tls_cert.empty() != so.tls_key.empty()) {
+    print_error(so.tls_cert.empty() ? "--tls-key: needs --tls-cert (the certificate)"
+                                    : "--tls-cert: needs --tls-key (its private key)");
+    return kExitUsage;
+  }
   if (so.max_series < 1) {
     print_error(fmt::format("--max-series: expected a number >= 1, got {}", so.max_series));
     return kExitUsage;
   }
+  std::optional<http::BasicAuth> auth;
+  if (!so.basic_auth_file.empty()) {
+    auto a = http::BasicAuth::load(so.basic_auth_file);
+    if (!a) {
+      print_error(a.error().message);
+      return kExitUsage;
+    }
+    auth = std::move(*a);
+  }
   auto cfg = load(common);
   if (!cfg) return kExitUsage;
+
+  // Signals are blocked before any thread starts (the engine's watchdog threads for the GPU
+  // collector included), so every thread inherits the mask and only the signalfd sees them.
+  SignalGuard signals(/*with_sigchld=*/false);
 
   // The node only: the engine's other levels are relative to one target process.
   EngineOptions eo;
@@ -123,14 +148,14 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   }
   Engine& engine = **engine_r;
 
-  // Signals are blocked before any thread starts, so every thread inherits the mask and only the
-  // signalfd sees them.
-  SignalGuard signals(/*with_sigchld=*/false);
-
   std::unique_ptr<prom::OwnerScanner> owners;
+  std::unique_ptr<JobGpus> job_gpus;
   if (so.per_user || so.per_job)
     owners = std::make_unique<prom::OwnerScanner>(eo.roots, so.per_user, so.per_job,
                                                   static_cast<std::size_t>(so.max_series));
+  if (so.per_job && (job_gpus = JobGpus::open()))
+    owners->set_gpu_attributor(
+        [g = job_gpus.get()](const auto& pids) { return g->attribute(pids, monotonic_now()); });
   SinkSet sinks;
   auto exporter = std::make_unique<prom::PrometheusSink>(
       engine, prom::ExporterOptions{.per_user = so.per_user, .per_job = so.per_job},
@@ -155,7 +180,7 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
                    "# HELP {0} Scrapes of /metrics answered since sonde started.\n"
                    "# TYPE {0} counter\nsonde_scrapes_total {1}\n",
                    om ? "sonde_scrapes" : "sonde_scrapes_total", n);
-    if (stats) append_http_stats(*stats, om, body);
+    if (stats) append_http_stats(*stats, !so.tls_cert.empty(), om, body);
     if (om) body += prom::kOpenMetricsEof;
     res.content_type = om ? prom::kOpenMetricsContentType : prom::kPrometheusContentType;
     if (accepts_gzip(req.header("accept-encoding"))) {
@@ -172,6 +197,12 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   const http::ServerStats* stats = nullptr;
   // Routing: GET and HEAD (the server leaves HEAD's body out) of / and /metrics.
   const auto route = [&](const http::Request& req) {
+    if (auth && !auth->allows(req.header("authorization"))) {
+      http::Response res = http::error_response(401, "authentication required");
+      res.close = false;
+      res.headers.emplace_back("WWW-Authenticate", "Basic realm=\"sonde\", charset=\"UTF-8\"");
+      return res;
+    }
     if (req.method != "GET" && req.method != "HEAD") {
       http::Response res = http::error_response(405, "method not allowed");
       res.close = false;
@@ -198,7 +229,13 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
       ::setrlimit(RLIMIT_NOFILE, &rl);
     }
   }
-  auto server_r = http::Server::listen(host, port_wanted, limits, route);
+  const http::TlsFiles tls{so.tls_cert, so.tls_key};
+  auto server_r =
+      http::Server::listen(host, port_wanted, limits, route, so.tls_cert.empty() ? nullptr : &tls);
+  if (!server_r && server_r.error().code == Errc::config) {
+    print_error(server_r.error().message);
+    return kExitUsage;
+  }
   if (!server_r) {
     print_error(fmt::format("--listen {}: cannot listen on {} port {}: {}", so.listen, host,
                             port_wanted, server_r.error().message));
@@ -208,8 +245,8 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   stats = &server.stats();
   const int port = server.port();
   const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  std::cerr << fmt::format("sonde: serving http://{}:{}/metrics (interval {} s)\n", shown, port,
-                           engine.interval_s());
+  std::cerr << fmt::format("sonde: serving {}://{}:{}/metrics (interval {} s)\n",
+                           server.tls() ? "https" : "http", shown, port, engine.interval_s());
   if (!server.loopback())
     std::cerr << fmt::format(
         "sonde: warning: listening on {}:{}, not a loopback address: this node's metrics{} are "

@@ -63,7 +63,9 @@ struct ServeOptions {
   std::string listen = "127.0.0.1:9850";  ///< HOST:PORT; port 0 picks a free one
   bool per_user = false;
   bool per_job = false;
-  int max_series = 100;  ///< label values per owner family before "other"
+  int max_series = 100;           ///< label values per owner family before "other"
+  std::string tls_cert, tls_key;  ///< HTTPS when both are given
+  std::string basic_auth_file;    ///< "user:sha256hex" lines; empty: no authentication
 };
 int cmd_serve(const CommonOptions& common, const ServeOptions& serve);
 

@@ -15,6 +15,8 @@ struct PidReading {
   std::uint64_t starttime_ticks = 0;
   std::uint64_t cpu_ticks = 0;  ///< utime + stime
   std::uint64_t rss_bytes = 0;  ///< statm's resident (exact), else stat's rss
+  int ppid = 0;
+  std::uint64_t cminflt = 0;  ///< waited-for children's minor faults: grows when it reaps one
   std::string comm;
 };
 

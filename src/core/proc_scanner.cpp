@@ -212,6 +212,8 @@ std::optional<PidReading> read_pid(const std::string& proc_root, int pid) {
   r.starttime_ticks = st->starttime_ticks;
   r.cpu_ticks = st->utime_ticks + st->stime_ticks;
   r.rss_bytes = st->rss_pages * page;
+  r.ppid = st->ppid;
+  r.cminflt = st->cminflt;
   // statm's resident field is exact (stat's rss is per-CPU-batched, see procfs::PidStat).
   if (auto statm = read_file(dir + "/statm"))
     if (auto m = procfs::parse_pid_statm(*statm)) r.rss_bytes = m->resident_pages * page;

@@ -4,10 +4,15 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -76,10 +81,92 @@ constexpr double kDrainS = 1;                    ///< after a closing response, 
 constexpr std::size_t kMaxDrainBytes = 1 << 20;  ///< … at most this much
 constexpr double kAcceptPauseS = 0.1;            ///< out of fds: stop accepting this long
 
+struct SslFree {
+  void operator()(SSL* s) const { SSL_free(s); }
+};
+struct SslCtxFree {
+  void operator()(SSL_CTX* c) const { SSL_CTX_free(c); }
+};
+
+/// OpenSSL's last error, as one line.
+std::string ssl_error_text() {
+  unsigned long last = 0;
+  while (const unsigned long e = ERR_get_error()) last = e;
+  if (last == 0) return "unknown error";
+  char buf[256];
+  ERR_error_string_n(last, buf, sizeof buf);
+  // "error:0A00018F:SSL routines::ee key too small": the reason is what helps.
+  std::string text = buf;
+  const auto colon = text.rfind(':');
+  return colon == std::string::npos || colon + 1 >= text.size() ? text : text.substr(colon + 1);
+}
+
+/// The private key must stay private: a regular file neither others nor its group can write,
+/// and others cannot read (a group that may read it, like Debian's ssl-cert, is fine).
+Result<void> check_key_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return make_error(Errc::config, fmt::format("--tls-key {}: {}", path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    return make_error(Errc::config, fmt::format("--tls-key {}: not a regular file", path));
+  if (st.st_mode & (S_IROTH | S_IWOTH | S_IWGRP))
+    return make_error(
+        Errc::config,
+        fmt::format("--tls-key {}: refused: the private key is {} (mode {:o}); run chmod 600 on "
+                    "it",
+                    path,
+                    (st.st_mode & S_IROTH)   ? "readable by others"
+                    : (st.st_mode & S_IWOTH) ? "writable by others"
+                                             : "writable by its group",
+                    st.st_mode & 07777));
+  return {};
+}
+
+/// A server context for `tls`: TLS 1.2+, no session tickets (nothing to resume on a metrics
+/// endpoint), no passphrase prompt.
+Result<std::unique_ptr<SSL_CTX, SslCtxFree>> make_tls_context(const TlsFiles& tls) {
+  struct stat st {};
+  if (::stat(tls.cert_file.c_str(), &st) != 0)
+    return make_error(Errc::config,
+                      fmt::format("--tls-cert {}: {}", tls.cert_file, std::strerror(errno)));
+  if (auto ok = check_key_file(tls.key_file); !ok) return ok.error();
+  ERR_clear_error();
+  std::unique_ptr<SSL_CTX, SslCtxFree> ctx(SSL_CTX_new(TLS_server_method()));
+  if (!ctx) return make_error(Errc::io, "TLS: " + ssl_error_text());
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  SSL_CTX_set_num_tickets(ctx.get(), 0);
+  SSL_CTX_set_options(ctx.get(), SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
+  SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                                  SSL_MODE_RELEASE_BUFFERS);
+  SSL_CTX_set_default_passwd_cb(ctx.get(), [](char*, int, int, void*) { return 0; });
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), tls.cert_file.c_str()) != 1)
+    return make_error(Errc::config,
+                      fmt::format("--tls-cert {}: expected a PEM certificate (chain): {}",
+                                  tls.cert_file, ssl_error_text()));
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+    const std::string why = ssl_error_text();
+    if (why.find("mismatch") != std::string::npos)  // OpenSSL compares it with the certificate
+      return make_error(Errc::config,
+                        fmt::format("--tls-key {}: does not match the certificate in {} ({})",
+                                    tls.key_file, tls.cert_file, why));
+    return make_error(Errc::config,
+                      fmt::format("--tls-key {}: expected an unencrypted PEM private key: {}",
+                                  tls.key_file, why));
+  }
+  if (SSL_CTX_check_private_key(ctx.get()) != 1)
+    return make_error(Errc::config,
+                      fmt::format("--tls-key {}: does not match the certificate in {}: {}",
+                                  tls.key_file, tls.cert_file, ssl_error_text()));
+  return ctx;
+}
+
 }  // namespace
 
 struct Conn {
   Fd fd;
+  std::unique_ptr<SSL, SslFree> ssl;  ///< TLS only; freed before the fd is closed
+  bool handshaking = false;           ///< TLS handshake not complete
+  bool ssl_want_write = false;        ///< OpenSSL must write before it can read on
   std::string key;
   std::string in;
   std::string out;
@@ -107,6 +194,7 @@ struct Conn {
 struct Server::Impl {
   Limits limits;
   Handler handler;
+  std::unique_ptr<SSL_CTX, SslCtxFree> tls;  ///< null: plain HTTP
   Fd listen_fd, epoll_fd, event_fd;
   int port = -1;
   bool loopback = false;
@@ -153,7 +241,8 @@ struct Server::Impl {
     return true;
   }
 
-  static void refuse(const Fd& fd, std::string_view why) {
+  void refuse(const Fd& fd, std::string_view why) const {
+    if (tls) return;  // a plain answer means nothing to a TLS client: just close
     std::string out;
     serialize(error_response(503, why), false, false, 1, out);
     [[maybe_unused]] const ssize_t n =
@@ -199,6 +288,12 @@ struct Server::Impl {
       c->key = std::move(key);
       c->request_started = now;
       c->events = EPOLLIN | EPOLLRDHUP;
+      if (tls) {
+        c->ssl.reset(SSL_new(tls.get()));
+        if (!c->ssl || SSL_set_fd(c->ssl.get(), fd.get()) != 1) continue;
+        SSL_set_accept_state(c->ssl.get());
+        c->handshaking = true;
+      }
       if (!set_interest(fd.get(), c->events, EPOLL_CTL_ADD)) continue;
       const int n = fd.get();
       c->fd = std::move(fd);
@@ -208,8 +303,64 @@ struct Server::Impl {
     }
   }
 
+  /// Advances a TLS handshake: 1 done, 0 waiting for the socket, -1 failed.
+  int handshake(Conn& c) {
+    ERR_clear_error();
+    const int r = SSL_do_handshake(c.ssl.get());
+    if (r == 1) {
+      c.handshaking = false;
+      return 1;
+    }
+    const int e = SSL_get_error(c.ssl.get(), r);
+    std::uint32_t want = 0;
+    if (e == SSL_ERROR_WANT_READ) want = EPOLLIN | EPOLLRDHUP;
+    if (e == SSL_ERROR_WANT_WRITE) want = EPOLLOUT;
+    if (want == 0) {
+      ERR_clear_error();
+      stats.tls_failures.fetch_add(1, std::memory_order_relaxed);
+      return -1;
+    }
+    if (want != c.events) {
+      if (!set_interest(c.fd.get(), want, EPOLL_CTL_MOD)) return -1;
+      c.events = want;
+    }
+    return 0;
+  }
+
+  /// read_some over TLS: one record (and what OpenSSL already decrypted, which epoll cannot see).
+  bool read_tls(Conn& c) {
+    char buf[kReadChunk];
+    c.ssl_want_write = false;
+    ERR_clear_error();
+    int n = SSL_read(c.ssl.get(), buf, sizeof buf);
+    if (n > 0) {
+      if (!c.request_open) {
+        c.request_open = true;
+        c.request_started = now;
+      }
+      c.in.append(buf, static_cast<std::size_t>(n));
+      while (SSL_pending(c.ssl.get()) > 0 &&
+             c.in.size() < limits.max_head_bytes + limits.max_body_bytes + kReadChunk) {
+        n = SSL_read(c.ssl.get(), buf, sizeof buf);
+        if (n <= 0) break;
+        c.in.append(buf, static_cast<std::size_t>(n));
+      }
+      return true;
+    }
+    switch (SSL_get_error(c.ssl.get(), n)) {
+      case SSL_ERROR_WANT_READ: return true;
+      case SSL_ERROR_WANT_WRITE: c.ssl_want_write = true; return true;
+      case SSL_ERROR_ZERO_RETURN: c.peer_eof = true; return true;  // close_notify or EOF
+      default:
+        ERR_clear_error();
+        stats.tls_failures.fetch_add(1, std::memory_order_relaxed);
+        return false;
+    }
+  }
+
   /// Reads what is there; false when the connection is to be closed now.
   bool read_some(Conn& c) {
+    if (c.ssl && !c.draining) return read_tls(c);  // a drain discards: raw bytes will do
     char buf[kReadChunk];
     for (;;) {
       const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
@@ -282,8 +433,22 @@ struct Server::Impl {
   /// Writes what the socket takes; false on a write error.
   bool flush(Conn& c) {
     while (c.pending() > 0) {
-      const ssize_t n =
-          ::send(c.fd.get(), c.out.data() + c.out_off, c.pending(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t n = 0;
+      if (c.ssl) {
+        ERR_clear_error();
+        const int len = static_cast<int>(std::min<std::size_t>(c.pending(), 1 << 30));
+        const int w = SSL_write(c.ssl.get(), c.out.data() + c.out_off, len);
+        if (w <= 0) {
+          const int e = SSL_get_error(c.ssl.get(), w);
+          if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) break;
+          ERR_clear_error();
+          stats.tls_failures.fetch_add(1, std::memory_order_relaxed);
+          return false;
+        }
+        n = w;
+      } else {
+        n = ::send(c.fd.get(), c.out.data() + c.out_off, c.pending(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
       if (n > 0) {
         c.out_off += static_cast<std::size_t>(n);
         c.sent_total += static_cast<std::uint64_t>(n);
@@ -318,6 +483,11 @@ struct Server::Impl {
       if (c.close_after) {
         // Half-close and read what the client still sends for a moment, so that the answer is
         // not destroyed by a reset for unread data.
+        if (c.ssl) {
+          ERR_clear_error();
+          SSL_shutdown(c.ssl.get());  // close_notify, best effort
+          ERR_clear_error();
+        }
         ::shutdown(c.fd.get(), SHUT_WR);
         c.draining = true;
         c.drain_deadline = now + kDrainS;
@@ -333,7 +503,7 @@ struct Server::Impl {
       if (!c.peer_eof && c.pending() < limits.max_pending_output_bytes &&
           c.in.size() < limits.max_head_bytes + limits.max_body_bytes + kReadChunk)
         want |= EPOLLIN | EPOLLRDHUP;
-      if (c.pending() > 0) want |= EPOLLOUT;
+      if (c.pending() > 0 || c.ssl_want_write) want |= EPOLLOUT;
     }
     if (want != c.events) {
       if (!set_interest(c.fd.get(), want, EPOLL_CTL_MOD)) return false;
@@ -347,6 +517,11 @@ struct Server::Impl {
     if (it == conns.end()) return;
     Conn& c = *it->second;
     if (ev & EPOLLERR) return close_conn(fd);
+    if (c.handshaking) {
+      const int h = handshake(c);
+      if (h < 0) return close_conn(fd);
+      if (h == 0) return;
+    }
     if ((ev & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) && !read_some(c)) return close_conn(fd);
     if (!pump(c)) close_conn(fd);
   }
@@ -380,8 +555,13 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() = default;
 
 Result<std::unique_ptr<Server>> Server::listen(const std::string& host, int port, Limits limits,
-                                               Handler handler) {
+                                               Handler handler, const TlsFiles* tls) {
   auto impl = std::make_unique<Impl>();
+  if (tls) {
+    auto ctx = make_tls_context(*tls);
+    if (!ctx) return ctx.error();
+    impl->tls = std::move(*ctx);
+  }
   // Connections past the descriptor limit would fail in accept: keep room for the rest of the
   // process (plugins, /proc reads).
   rlimit rl{};
@@ -445,6 +625,9 @@ int Server::port() const {
 bool Server::loopback() const {
   return impl_->loopback;
 }
+bool Server::tls() const {
+  return impl_->tls != nullptr;
+}
 const Limits& Server::limits() const {
   return impl_->limits;
 }
@@ -459,6 +642,14 @@ void Server::stop() {
 
 Result<void> Server::run() {
   Impl& s = *impl_;
+  if (s.tls) {
+    // OpenSSL writes with write(2), not send(MSG_NOSIGNAL): a peer gone mid-response must be
+    // EPIPE on this thread, not SIGPIPE for the process.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+  }
   epoll_event events[64];
   for (;;) {
     s.now = now_s();

@@ -26,16 +26,26 @@ struct ServerStats {
   std::atomic<std::uint64_t> idle_timeouts{0};       ///< kept-alive connection closed when idle
   std::atomic<std::uint64_t> write_timeouts{0};      ///< response not taken in time
   std::atomic<std::uint64_t> bad_requests{0};        ///< answered 4xx by the parser
+  std::atomic<std::uint64_t> tls_failures{0};        ///< TLS handshake or record failed
   std::atomic<std::uint64_t> open{0};                ///< open now
+};
+
+/// A certificate (PEM, the chain after the leaf) and its private key (PEM, not encrypted) for
+/// HTTPS. The key file must be a regular file that others cannot read or write.
+struct TlsFiles {
+  std::string cert_file;
+  std::string key_file;
 };
 
 class Server {
  public:
   using Handler = std::function<Response(const Request&)>;
 
-  /// Binds and listens on HOST (a numeric address or a name) and PORT (0: a free one).
+  /// Binds and listens on HOST (a numeric address or a name) and PORT (0: a free one); with
+  /// `tls`, every connection is TLS (1.2 or later), without it plain HTTP (the same code path
+  /// as before TLS existed, with no per-connection TLS state).
   static Result<std::unique_ptr<Server>> listen(const std::string& host, int port, Limits limits,
-                                                Handler handler);
+                                                Handler handler, const TlsFiles* tls = nullptr);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -43,6 +53,7 @@ class Server {
   int port() const;
   /// Whether the bound address is a loopback one (127/8, ::1, ::ffff:127/104).
   bool loopback() const;
+  bool tls() const;
   const Limits& limits() const;
   const ServerStats& stats() const;
 

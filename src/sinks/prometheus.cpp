@@ -279,6 +279,7 @@ enum SelfFamily : std::size_t {
   kScanDuration,
   kMemoryTotal,
   kBuildInfo,
+  kNodeInfo,
   kSelfCount
 };
 }  // namespace
@@ -381,12 +382,15 @@ Exporter::Exporter(const Engine& engine, ExporterOptions options) : options_(opt
   families_.push_back(
       {"sonde_memory_total_bytes", Type::gauge, "Memory of the node (MemTotal).", "bytes"});
   families_.push_back({"sonde_build", Type::info, "Version of the sonde exporter.", ""});
+  families_.push_back(
+      {"sonde_node", Type::info, "The node's host name (to name a scrape target's instance).", ""});
   for (const CollectorSlot& slot : engine.collectors())
     for (std::size_t k = kCollectorDuration; k <= kCollectorAvailable; ++k)
       families_[first_self + k].samples.push_back({{{"collector", slot.spec.name}}, 0});
   for (std::size_t k = kTickDuration; k < kBuildInfo; ++k)
     families_[first_self + k].samples.push_back({{}, kNaN});
   families_[first_self + kBuildInfo].samples.push_back({{{"version", SONDE_VERSION}}, 1});
+  families_[first_self + kNodeInfo].samples.push_back({{{"nodename", node.hostname}}, 1});
   families_[first_self + kMemoryTotal].samples[0].value = static_cast<double>(node.mem_total_bytes);
   families_[first_self + kInterval].samples[0].value = engine.interval_s();
   fixed_families_ = families_.size();
@@ -428,46 +432,150 @@ void Exporter::update(const Engine& engine, const Engine::Tick& tick, double tic
 
   families_.resize(fixed_families_);
   if (!owners) return;
-  auto owner_families = [&](const std::vector<OwnerSeries>& series, const char* what,
-                            const char* label, std::size_t folded) {
-    Family cpu{fmt::format("sonde_{}_cpu_seconds", what),
-               Type::counter,
-               fmt::format("CPU time (user + system) of the processes of each {} since sonde first "
-                           "saw them; label values beyond --max-series are summed in {}=\"other\".",
-                           label, label),
-               "seconds",
-               {}};
-    Family rss{fmt::format("sonde_{}_memory_rss_bytes", what),
-               Type::gauge,
-               fmt::format("Resident memory of the processes of each {}.", label),
-               "bytes",
-               {}};
-    Family procs{fmt::format("sonde_{}_processes", what),
-                 Type::gauge,
-                 fmt::format("Processes of each {}.", label),
-                 "",
-                 {}};
-    for (const OwnerSeries& s : series) {
-      cpu.samples.push_back({{{label, s.key}}, s.cpu_seconds_total});
-      rss.samples.push_back({{{label, s.key}}, s.rss_bytes});
-      procs.samples.push_back({{{label, s.key}}, s.processes});
-    }
-    families_.push_back(std::move(cpu));
-    families_.push_back(std::move(rss));
-    families_.push_back(std::move(procs));
-    return Sample{{{"label", label}}, static_cast<double>(folded)};
-  };
   Family folded{"sonde_series_folded",
                 Type::gauge,
                 "Label values that exist now but are summed into the \"other\" series "
                 "(over --max-series).",
                 "",
                 {}};
-  if (options_.per_user)
-    folded.samples.push_back(owner_families(owners->users, "user", "user", owners->users_folded));
-  if (options_.per_job)
-    folded.samples.push_back(owner_families(owners->jobs, "slurm_job", "job", owners->jobs_folded));
+  if (options_.per_user) {
+    Family cpu{"sonde_user_cpu_seconds",
+               Type::counter,
+               "CPU time (user + system) of the processes of each user since sonde first saw "
+               "them; users beyond --max-series are summed in user=\"other\".",
+               "seconds",
+               {}};
+    Family rss{"sonde_user_memory_rss_bytes",
+               Type::gauge,
+               "Resident memory of the processes of each user.",
+               "bytes",
+               {}};
+    Family procs{"sonde_user_processes", Type::gauge, "Processes of each user.", "", {}};
+    for (const OwnerSeries& s : owners->users) {
+      cpu.samples.push_back({{{"user", s.key}}, s.cpu_seconds_total});
+      rss.samples.push_back({{{"user", s.key}}, s.rss_bytes});
+      procs.samples.push_back({{{"user", s.key}}, s.processes});
+    }
+    families_.push_back(std::move(cpu));
+    families_.push_back(std::move(rss));
+    families_.push_back(std::move(procs));
+    folded.samples.push_back({{{"label", "user"}}, static_cast<double>(owners->users_folded)});
+  }
+  if (options_.per_job) {
+    add_job_families(owners->jobs);
+    folded.samples.push_back({{{"label", "jobid"}}, static_cast<double>(owners->jobs_folded)});
+  }
   families_.push_back(std::move(folded));
+}
+
+void Exporter::add_job_families(const std::vector<OwnerSeries>& jobs) {
+  enum {
+    kCpu,
+    kCore,
+    kCpus,
+    kMemUsed,
+    kMemLimit,
+    kIoRead,
+    kIoWritten,
+    kProcs,
+    kGpuUtil,
+    kGpuMem,
+    kGpuPower,
+    kGpuEnergy,
+    kCount
+  };
+  const char* const other = " Jobs beyond --max-series are summed in jobid=\"other\".";
+  std::vector<Family> f(kCount);
+  f[kCpu] = {"sonde_job_cpu_seconds",
+             Type::counter,
+             fmt::format("CPU time (user + system) of the Slurm job's processes on this node "
+                         "since sonde first saw them.{}",
+                         other),
+             "seconds",
+             {}};
+  f[kCore] = {"sonde_job_cpu_core_seconds",
+              Type::counter,
+              "CPU time of the job's cgroup on one CPU (cgroup v1 cpuacct.usage_percpu), since "
+              "sonde first saw the job.",
+              "seconds",
+              {}};
+  f[kCpus] = {"sonde_job_cpus",
+              Type::gauge,
+              "CPUs allocated to the job on this node (its cgroup's cpuset.cpus.effective, else "
+              "SLURM_CPUS_ON_NODE).",
+              "",
+              {}};
+  f[kMemUsed] = {"sonde_job_memory_used_bytes",
+                 Type::gauge,
+                 "Resident memory (RSS) of the job's processes on this node.",
+                 "bytes",
+                 {}};
+  f[kMemLimit] = {"sonde_job_memory_limit_bytes",
+                  Type::gauge,
+                  "Memory limit of the job on this node (cgroup memory.max or "
+                  "memory.limit_in_bytes, else SLURM_MEM_PER_NODE); absent when unlimited.",
+                  "bytes",
+                  {}};
+  f[kIoRead] = {"sonde_job_io_read_bytes",
+                Type::counter,
+                "Bytes the job's processes read from storage (/proc/<pid>/io read_bytes) since "
+                "sonde first saw them.",
+                "bytes",
+                {}};
+  f[kIoWritten] = {"sonde_job_io_written_bytes",
+                   Type::counter,
+                   "Bytes the job's processes sent to storage (/proc/<pid>/io write_bytes) since "
+                   "sonde first saw them.",
+                   "bytes",
+                   {}};
+  f[kProcs] = {"sonde_job_processes", Type::gauge, "Processes of the job on this node.", "", {}};
+  f[kGpuUtil] = {"sonde_job_gpu_utilization_ratio",
+                 Type::gauge,
+                 "Utilisation of a GPU by the job's processes over the last interval (their SM "
+                 "use where the driver gives it per process, else the device's) (0-1).",
+                 "ratio",
+                 {}};
+  f[kGpuMem] = {"sonde_job_gpu_memory_used_bytes",
+                Type::gauge,
+                "GPU memory held by the job's processes.",
+                "bytes",
+                {}};
+  f[kGpuPower] = {"sonde_job_gpu_power_watts",
+                  Type::gauge,
+                  "The job's share of a GPU's power draw (by its share of the utilisation, else "
+                  "of the memory).",
+                  "watts",
+                  {}};
+  f[kGpuEnergy] = {"sonde_job_gpu_energy_joules",
+                   Type::counter,
+                   "The job's share of a GPU's energy since sonde first saw it on the GPU.",
+                   "joules",
+                   {}};
+  for (const OwnerSeries& s : jobs) {
+    std::vector<Label> id{{"jobid", s.key}};
+    if (!s.user.empty()) id.push_back({"user", s.user});
+    auto with = [&](const char* name, int n) {
+      std::vector<Label> l = id;
+      l.push_back({name, std::to_string(n)});
+      return l;
+    };
+    f[kCpu].samples.push_back({id, s.cpu_seconds_total});
+    for (const auto& [cpu, sec] : s.core_seconds_total)
+      f[kCore].samples.push_back({with("cpu", cpu), sec});
+    if (s.cpus) f[kCpus].samples.push_back({id, *s.cpus});
+    f[kMemUsed].samples.push_back({id, s.rss_bytes});
+    if (s.memory_limit_bytes) f[kMemLimit].samples.push_back({id, *s.memory_limit_bytes});
+    f[kIoRead].samples.push_back({id, s.io_read_bytes_total});
+    f[kIoWritten].samples.push_back({id, s.io_written_bytes_total});
+    f[kProcs].samples.push_back({id, s.processes});
+    for (const GpuSeries& g : s.gpus) {
+      f[kGpuUtil].samples.push_back({with("gpu", g.gpu), g.utilization_ratio});
+      f[kGpuMem].samples.push_back({with("gpu", g.gpu), g.memory_bytes});
+      f[kGpuPower].samples.push_back({with("gpu", g.gpu), g.power_watts});
+      f[kGpuEnergy].samples.push_back({with("gpu", g.gpu), g.energy_joules_total});
+    }
+  }
+  for (Family& fam : f) families_.push_back(std::move(fam));
 }
 
 }  // namespace sonde::prom

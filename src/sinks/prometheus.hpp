@@ -90,6 +90,7 @@ class Exporter {
 
  private:
   struct ColumnMap;  // how one system-level column becomes a sample
+  void add_job_families(const std::vector<OwnerSeries>& jobs);
   std::vector<ColumnMap> maps_;
   std::vector<Family> families_;
   std::size_t fixed_families_ = 0;

@@ -4,21 +4,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <unordered_set>
 
+#include "core/clock.hpp"
 #include "core/pid_reads.hpp"
 #include "core/procfs.hpp"
 
 namespace sonde::prom {
 
 namespace {
-constexpr const char* kOther = "other";
-}
 
-namespace {
+constexpr const char* kOther = "other";
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 /// "<digits>" followed by '/' or the end, at the front of `s`: the id.
 std::optional<std::string> job_id_at(std::string_view s) {
@@ -28,15 +32,30 @@ std::optional<std::string> job_id_at(std::string_view s) {
   return std::string(s.substr(0, end));
 }
 
+/// A job found in one cgroup path.
+struct JobInPath {
+  std::string id;
+  std::size_t prefix = 0;  ///< length of the path up to and including "job_<id>"
+  std::optional<std::uint32_t> uid;
+};
+
 /// The job of one cgroup path (the third field of a /proc/<pid>/cgroup line).
-std::optional<std::string> job_of_cgroup_path(std::string_view path) {
+std::optional<JobInPath> job_in_path(std::string_view path) {
   // v1: slurmstepd's hierarchy at the top of a controller's tree.
   if (path.starts_with("/slurm")) {
     std::size_t a = path.find('/', 1);
     if (a != std::string_view::npos && path.substr(a).starts_with("/uid_")) {
       std::size_t b = path.find('/', a + 1);
-      if (b != std::string_view::npos && path.substr(b).starts_with("/job_"))
-        if (auto id = job_id_at(path.substr(b + 5))) return id;
+      if (b != std::string_view::npos && path.substr(b).starts_with("/job_")) {
+        if (auto id = job_id_at(path.substr(b + 5))) {
+          JobInPath j{*id, b + 5 + id->size(), std::nullopt};
+          const std::string_view u = path.substr(a + 5, b - a - 5);
+          std::uint32_t uid = 0;
+          auto [p, ec] = std::from_chars(u.data(), u.data() + u.size(), uid);
+          if (ec == std::errc() && p == u.data() + u.size() && !u.empty()) j.uid = uid;
+          return j;
+        }
+      }
     }
   }
   // v2: slurmstepd.scope (where slurmd's cgroup/v2 plugin puts jobs), not in a user's subtree.
@@ -47,14 +66,14 @@ std::optional<std::string> job_of_cgroup_path(std::string_view path) {
   if (prefix.find("/user.slice") != std::string_view::npos ||
       prefix.find("/user@") != std::string_view::npos)
     return std::nullopt;
-  return job_id_at(path.substr(at + kScope.size()));
+  auto id = job_id_at(path.substr(at + kScope.size()));
+  if (!id) return std::nullopt;
+  return JobInPath{*id, at + kScope.size() + id->size(), std::nullopt};
 }
 
-}  // namespace
-
-std::optional<std::string> slurm_job_from_cgroup(std::string_view text) {
-  // Lines "hierarchy-id:controllers:path"; v1 ("4:memory:/slurm/uid_1000/job_1234/step_0") and
-  // v2 ("0::/system.slice/slurmstepd.scope/job_1234/step_batch/user/task_0").
+/// Lines "hierarchy-id:controllers:path" of /proc/<pid>/cgroup, one at a time.
+template <typename F>
+void for_each_cgroup_line(std::string_view text, F&& f) {
   while (!text.empty()) {
     const std::size_t nl = text.find('\n');
     const std::string_view line = text.substr(0, nl);
@@ -62,9 +81,50 @@ std::optional<std::string> slurm_job_from_cgroup(std::string_view text) {
     const std::size_t c1 = line.find(':');
     const std::size_t c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
     if (c2 == std::string_view::npos) continue;
-    if (auto job = job_of_cgroup_path(line.substr(c2 + 1))) return job;
+    if (!f(line.substr(c1 + 1, c2 - c1 - 1), line.substr(c2 + 1))) return;
   }
-  return std::nullopt;
+}
+
+// mountinfo gives mount points as seen by the host; those under /sys are re-rooted at roots.sys
+// so that a test tree stands in for the real sysfs.
+std::string host_dir(const Roots& roots, const std::string& mount_point) {
+  if (mount_point.rfind("/sys/", 0) == 0) return roots.sys + mount_point.substr(4);
+  return mount_point;
+}
+
+/// The directory of cgroup `path` (a job's) in `m`, "" when the mount does not show it.
+std::string dir_in(const CgroupLayout::Mount& m, std::string_view path) {
+  if (m.root == "/" || m.root.empty()) return m.dir + std::string(path);
+  if (path == m.root) return m.dir;
+  if (path.starts_with(m.root) && path.size() > m.root.size() && path[m.root.size()] == '/')
+    return m.dir + std::string(path.substr(m.root.size()));
+  return {};
+}
+
+bool has(const std::vector<std::string>& list, std::string_view v) {
+  return std::find(list.begin(), list.end(), v) != list.end();
+}
+
+template <typename T>
+std::optional<T> to_num(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  T v{};
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::optional<std::string> slurm_job_from_cgroup(std::string_view text) {
+  // v1 ("4:memory:/slurm/uid_1000/job_1234/step_0") and v2
+  // ("0::/system.slice/slurmstepd.scope/job_1234/step_batch/user/task_0").
+  std::optional<std::string> job;
+  for_each_cgroup_line(text, [&](std::string_view, std::string_view path) {
+    if (auto j = job_in_path(path)) job = std::move(j->id);
+    return !job;
+  });
+  return job;
 }
 
 bool node_has_slurm_cgroups(const Roots& roots) {
@@ -86,13 +146,13 @@ bool node_has_slurm_cgroups(const Roots& roots) {
   return false;
 }
 
-JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgroups) {
+JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgroups,
+                                    std::string* cgroup_text) {
   JobAttribution a;
   if (auto cg = read_file(pid_dir + "/cgroup")) {
-    if ((a.job = slurm_job_from_cgroup(*cg))) {
-      a.source = JobSource::cgroup;
-      return a;
-    }
+    if ((a.job = slurm_job_from_cgroup(*cg))) a.source = JobSource::cgroup;
+    if (cgroup_text) *cgroup_text = std::move(*cg);
+    if (a.job) return a;
   }
   // Where Slurm uses cgroups, a process outside a job cgroup is in no job, whatever its
   // environment says; elsewhere the environment is all there is.
@@ -108,12 +168,168 @@ JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgrou
   return a;
 }
 
+// ---- Job cgroups and environments -----------------------------------------------------------
+
+CgroupLayout CgroupLayout::discover(const Roots& roots) {
+  CgroupLayout l;
+  const std::string base = roots.sys + "/fs/cgroup";
+  if (auto text = read_file(roots.proc + "/self/mountinfo")) {
+    if (auto mounts = procfs::parse_cgroup_mounts(*text)) {
+      for (const auto& m : *mounts) {
+        Mount out{m.controllers, host_dir(roots, m.mount_point), m.root};
+        if (m.v2) {
+          if (!l.v2) l.v2 = std::move(out);
+        } else if (!m.controllers.empty()) {
+          l.v1.push_back(std::move(out));
+        }
+      }
+      return l;
+    }
+  }
+  // No mount table: the usual layout (unified at <sys>/fs/cgroup, or one directory per v1
+  // controller).
+  struct stat st {};
+  if (::stat((base + "/cgroup.controllers").c_str(), &st) == 0) {
+    l.v2 = Mount{{}, base, "/"};
+  } else {
+    for (const char* c : {"cpuset", "memory", "cpuacct"})
+      l.v1.push_back(Mount{{c}, base + "/" + c, "/"});
+    if (::stat((base + "/unified/cgroup.controllers").c_str(), &st) == 0)
+      l.v2 = Mount{{}, base + "/unified", "/"};
+  }
+  return l;
+}
+
+JobCgroup job_cgroup_of(std::string_view cgroup_text, const CgroupLayout& layout) {
+  JobCgroup cg;
+  for_each_cgroup_line(cgroup_text, [&](std::string_view controllers, std::string_view path) {
+    auto j = job_in_path(path);
+    if (!j) return true;
+    const std::string_view job_path = path.substr(0, j->prefix);
+    if (j->uid) cg.uid = j->uid;
+    if (controllers.empty()) {
+      if (layout.v2) cg.v2 = dir_in(*layout.v2, job_path);
+      return true;
+    }
+    for (const auto& m : layout.v1) {
+      // The line names the hierarchy by its controllers ("cpuacct,cpu"): match any of them.
+      bool same = false;
+      std::string_view rest = controllers;
+      while (!rest.empty() && !same) {
+        const std::size_t comma = rest.find(',');
+        same = has(m.controllers, rest.substr(0, comma));
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      }
+      if (!same) continue;
+      const std::string dir = dir_in(m, job_path);
+      if (dir.empty()) continue;
+      if (has(m.controllers, "cpuset")) cg.cpuset = dir;
+      if (has(m.controllers, "memory")) cg.memory = dir;
+      if (has(m.controllers, "cpuacct")) cg.cpuacct = dir;
+    }
+    return true;
+  });
+  return cg;
+}
+
+JobFacts read_job_cgroup(const JobCgroup& cg) {
+  JobFacts f;
+  f.uid = cg.uid;
+  auto cpus_from = [&](const std::string& dir, std::initializer_list<const char*> files) {
+    for (const char* file : files) {
+      auto text = read_file(dir + "/" + file);
+      if (!text) continue;
+      auto list = procfs::parse_cpu_list(*text);
+      if (list && !list->empty()) {
+        f.cpus = static_cast<double>(list->size());
+        return;
+      }
+    }
+  };
+  if (!cg.v2.empty()) cpus_from(cg.v2, {"cpuset.cpus.effective"});
+  if (!f.cpus && !cg.cpuset.empty()) cpus_from(cg.cpuset, {"cpuset.effective_cpus", "cpuset.cpus"});
+  auto limit_from = [&](const std::string& dir, const char* file) {
+    auto text = read_file(dir + "/" + file);
+    if (!text) return false;
+    auto limit = procfs::parse_memory_limit(*text);
+    if (!limit) return false;
+    if (limit->has_value()) f.memory_limit_bytes = static_cast<double>(**limit);
+    return true;  // read: unlimited stays nullopt
+  };
+  if (cg.v2.empty() || !limit_from(cg.v2, "memory.max"))
+    if (!cg.memory.empty()) limit_from(cg.memory, "memory.limit_in_bytes");
+  if (!cg.cpuacct.empty()) {
+    if (auto text = read_file(cg.cpuacct + "/cpuacct.usage_percpu")) {
+      // Nanoseconds per possible CPU, in CPU order: "123 456 …".
+      std::string_view rest = *text;
+      int cpu = 0;
+      bool ok = true;
+      std::vector<std::pair<int, double>> out;
+      while (true) {
+        while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front())))
+          rest.remove_prefix(1);
+        if (rest.empty()) break;
+        std::size_t end = 0;
+        while (end < rest.size() && !std::isspace(static_cast<unsigned char>(rest[end]))) ++end;
+        auto ns = to_num<std::uint64_t>(rest.substr(0, end));
+        if (!ns) {
+          ok = false;
+          break;
+        }
+        out.emplace_back(cpu++, static_cast<double>(*ns) * 1e-9);
+        rest.remove_prefix(end);
+      }
+      if (ok) f.core_seconds = std::move(out);
+    }
+  }
+  return f;
+}
+
+JobEnvironment job_environment(std::string_view environ_text) {
+  JobEnvironment e;
+  constexpr double kMiB = 1024.0 * 1024.0;
+  auto number = [&](std::string_view key) -> std::optional<double> {
+    auto v = procfs::environ_value(environ_text, key);
+    if (!v) return std::nullopt;
+    // SLURM_CPUS_ON_NODE is a count; the memory values are MiB, possibly with a unit suffix
+    // in old releases ("4096M").
+    std::string_view t = *v;
+    if (!t.empty() && (t.back() == 'M' || t.back() == 'm')) t.remove_suffix(1);
+    auto n = to_num<std::uint64_t>(t);
+    if (!n || *n == 0) return std::nullopt;
+    return static_cast<double>(*n);
+  };
+  e.cpus = number("SLURM_CPUS_ON_NODE");
+  if (auto m = number("SLURM_MEM_PER_NODE")) e.mem_per_node_bytes = *m * kMiB;
+  if (auto m = number("SLURM_MEM_PER_CPU")) e.mem_per_cpu_bytes = *m * kMiB;
+  return e;
+}
+
+// ---- Aggregation ----------------------------------------------------------------------------
+
+struct OwnerAggregator::Now {
+  OwnerSeries series;
+  Accum delta;
+  std::map<std::uint32_t, std::size_t> uids;  ///< processes per uid (a job's user)
+  const JobFacts* facts = nullptr;
+  std::vector<const JobGpuUse*> gpus;
+};
+
 OwnerAggregator::OwnerAggregator(bool users, bool jobs, std::size_t max_series)
     : users_(users), jobs_(jobs), max_series_(max_series) {}
 
-void OwnerAggregator::fold(Table& t, const std::map<std::string, OwnerSeries>& now,
-                           const std::map<std::string, double>& cpu_delta,
-                           std::vector<OwnerSeries>& out, std::size_t& folded) {
+namespace {
+
+/// Adds a gauge where NaN means unknown: NaN + x = x, NaN + NaN = NaN.
+void add_known(double& to, double v) {
+  if (std::isnan(v)) return;
+  to = std::isnan(to) ? v : to + v;
+}
+
+}  // namespace
+
+void OwnerAggregator::fold(Table& t, std::map<std::string, Now>& now, std::vector<OwnerSeries>& out,
+                           std::size_t& folded, bool jobs) {
   // Keys without a process left are released (their series end); new keys get a series while
   // there is room.
   for (auto it = t.keys.begin(); it != t.keys.end();) {
@@ -126,70 +342,199 @@ void OwnerAggregator::fold(Table& t, const std::map<std::string, OwnerSeries>& n
   }
   out.clear();
   folded = 0;
-  OwnerSeries other{kOther, 0, 0, 0};
+  OwnerSeries other;
+  other.key = kOther;
+  std::map<int, GpuSeries> other_gpus;
   bool other_now = false;
-  for (const auto& [key, series] : now) {
+  for (auto& [key, n] : now) {
     auto [it, inserted] = t.keys.try_emplace(key);
     KeyState& k = it->second;
     if (inserted && key != kOther && t.own < max_series_) {
       k.own = true;
       ++t.own;
     }
-    const double delta = cpu_delta.at(key);
+    // The cgroup's per-CPU time: whole when first seen, then its growth.
+    if (jobs) {
+      std::map<int, double> seen;
+      if (n.facts)
+        for (const auto& [cpu, s] : n.facts->core_seconds) {
+          auto p = k.core_prev.find(cpu);
+          n.delta.core[cpu] += p == k.core_prev.end() ? s : std::max(0.0, s - p->second);
+          seen[cpu] = s;
+        }
+      k.core_prev = std::move(seen);
+      for (const JobGpuUse* g : n.gpus)
+        if (std::isfinite(g->energy_joules_delta) && g->energy_joules_delta > 0)
+          n.delta.gpu_energy[g->gpu] += g->energy_joules_delta;
+    }
+    Accum& acc = k.own ? k.total : t.other;
+    acc.cpu += n.delta.cpu;
+    acc.io_read += n.delta.io_read;
+    acc.io_write += n.delta.io_write;
+    for (const auto& [cpu, s] : n.delta.core) acc.core[cpu] += s;
+    for (const auto& [gpu, j] : n.delta.gpu_energy) acc.gpu_energy[gpu] += j;
     if (k.own) {
-      k.cpu_total += delta;
-      OwnerSeries s = series;
-      s.cpu_seconds_total = k.cpu_total;
+      OwnerSeries s = std::move(n.series);
+      s.cpu_seconds_total = acc.cpu;
+      if (jobs) {
+        s.io_read_bytes_total = acc.io_read;
+        s.io_written_bytes_total = acc.io_write;
+        if (n.facts) {
+          s.cpus = n.facts->cpus;
+          s.memory_limit_bytes = n.facts->memory_limit_bytes;
+          if (!n.facts->core_seconds.empty())
+            s.core_seconds_total.assign(acc.core.begin(), acc.core.end());
+        }
+        for (const JobGpuUse* g : n.gpus)
+          s.gpus.push_back(GpuSeries{g->gpu, g->utilization_ratio, g->memory_bytes, g->power_watts,
+                                     acc.gpu_energy[g->gpu]});
+      }
       out.push_back(std::move(s));
     } else {
-      t.other_cpu_total += delta;
-      other.rss_bytes += series.rss_bytes;
-      other.processes += series.processes;
+      other.rss_bytes += n.series.rss_bytes;
+      other.processes += n.series.processes;
+      if (jobs && n.facts) {
+        if (n.facts->cpus) other.cpus = other.cpus.value_or(0) + *n.facts->cpus;
+        if (n.facts->memory_limit_bytes)
+          other.memory_limit_bytes =
+              other.memory_limit_bytes.value_or(0) + *n.facts->memory_limit_bytes;
+      }
+      for (const JobGpuUse* g : n.gpus) {
+        auto [git, fresh] = other_gpus.try_emplace(g->gpu);
+        GpuSeries& gs = git->second;
+        if (fresh) gs = GpuSeries{g->gpu, kNaN, kNaN, kNaN, 0};
+        add_known(gs.utilization_ratio, g->utilization_ratio);
+        add_known(gs.memory_bytes, g->memory_bytes);
+        add_known(gs.power_watts, g->power_watts);
+      }
       other_now = true;
       ++folded;
     }
   }
   if (other_now || t.other_used) {
     t.other_used = true;
-    other.cpu_seconds_total = t.other_cpu_total;
+    other.cpu_seconds_total = t.other.cpu;
+    if (jobs) {
+      other.io_read_bytes_total = t.other.io_read;
+      other.io_written_bytes_total = t.other.io_write;
+      other.core_seconds_total.assign(t.other.core.begin(), t.other.core.end());
+      for (auto& [gpu, gs] : other_gpus) {
+        gs.utilization_ratio = std::min(gs.utilization_ratio, 1.0);
+        gs.energy_joules_total = t.other.gpu_energy[gpu];
+        other.gpus.push_back(gs);
+      }
+    }
     out.push_back(std::move(other));
   }
 }
 
 const OwnerUsage& OwnerAggregator::update(
-    const std::vector<PidRecord>& pids,
-    const std::function<std::string(std::uint32_t)>& user_name) {
-  std::map<std::string, OwnerSeries> users_now, jobs_now;
-  std::map<std::string, double> user_delta, job_delta;
-  std::unordered_map<int, std::pair<std::uint64_t, double>> cpu_now;
-  cpu_now.reserve(pids.size());
+    const std::vector<PidRecord>& pids, const std::function<std::string(std::uint32_t)>& user_name,
+    const std::map<std::string, JobFacts>& facts, const std::vector<JobGpuUse>& gpus) {
+  std::unordered_map<int, const PidRecord*> current;
+  current.reserve(pids.size());
+  for (const PidRecord& p : pids) current.emplace(p.pid, &p);
+
+  // Reaped children: the kernel adds a child's I/O to its parent's counters when the parent
+  // waits for it (the same step adds its page faults to the parent's cminflt). What sonde
+  // already counted of a child that is gone is taken off its parent's growth when the parent's
+  // cminflt shows the reap (now or within the next two scans), so each byte counts once.
+  for (auto it = credits_.begin(); it != credits_.end();) {
+    if (++it->second.age > 2 || !current.count(it->first))
+      it = credits_.erase(it);
+    else
+      ++it;
+  }
+  for (const auto& [pid, prev] : prev_) {
+    auto c = current.find(pid);
+    if (c != current.end() && c->second->starttime_ticks == prev.start) continue;
+    if (!prev.io_read && !prev.io_write) continue;
+    if (!current.count(prev.ppid)) continue;
+    Credit& cr = credits_[prev.ppid];
+    cr.age = 0;
+    cr.read += static_cast<double>(prev.io_read.value_or(0));
+    cr.write += static_cast<double>(prev.io_write.value_or(0));
+  }
+
+  std::map<std::string, Now> users_now, jobs_now;
+  std::unordered_map<int, PidPrev> next;
+  next.reserve(pids.size());
   for (const PidRecord& p : pids) {
     // A pid seen for the first time counts its whole life; after that, its growth.
-    double delta = p.cpu_s;
-    if (auto it = prev_cpu_.find(p.pid);
-        it != prev_cpu_.end() && it->second.first == p.starttime_ticks)
-      delta = p.cpu_s > it->second.second ? p.cpu_s - it->second.second : 0.0;
-    cpu_now[p.pid] = {p.starttime_ticks, p.cpu_s};
-    auto add = [&](std::map<std::string, OwnerSeries>& now, std::map<std::string, double>& d,
-                   const std::string& key) {
-      OwnerSeries& s = now[key];
-      s.key = key;
-      s.rss_bytes += static_cast<double>(p.rss_bytes);
-      s.processes += 1;
-      d[key] += delta;
+    auto it = prev_.find(p.pid);
+    const PidPrev* prev =
+        it != prev_.end() && it->second.start == p.starttime_ticks ? &it->second : nullptr;
+    const double cpu = prev ? std::max(0.0, p.cpu_s - prev->cpu) : p.cpu_s;
+    auto growth = [](std::optional<std::uint64_t> cur, std::optional<std::uint64_t> before) {
+      if (!cur) return 0.0;
+      if (!before) return static_cast<double>(*cur);
+      return *cur > *before ? static_cast<double>(*cur - *before) : 0.0;
     };
-    if (users_) add(users_now, user_delta, user_name(p.uid));
-    if (jobs_ && p.job) add(jobs_now, job_delta, *p.job);
+    double io_r = growth(p.io_read_bytes, prev ? prev->io_read : std::nullopt);
+    double io_w = growth(p.io_write_bytes, prev ? prev->io_write : std::nullopt);
+    if (auto c = credits_.find(p.pid); c != credits_.end() && prev && p.cminflt > prev->cminflt) {
+      const double r = std::min(io_r, c->second.read), w = std::min(io_w, c->second.write);
+      io_r -= r;
+      io_w -= w;
+      credits_.erase(c);
+    }
+    PidPrev& n = next[p.pid];
+    n.start = p.starttime_ticks;
+    n.cpu = p.cpu_s;
+    n.io_read = p.io_read_bytes;
+    n.io_write = p.io_write_bytes;
+    n.ppid = p.ppid;
+    n.cminflt = p.cminflt;
+    auto add = [&](std::map<std::string, Now>& now, const std::string& key) -> Now& {
+      Now& s = now[key];
+      s.series.key = key;
+      s.series.rss_bytes += static_cast<double>(p.rss_bytes);
+      s.series.processes += 1;
+      s.delta.cpu += cpu;
+      return s;
+    };
+    if (users_) add(users_now, user_name(p.uid));
+    if (jobs_ && p.job) {
+      Now& j = add(jobs_now, *p.job);
+      j.delta.io_read += io_r;
+      j.delta.io_write += io_w;
+      ++j.uids[p.uid];
+    }
   }
-  prev_cpu_ = std::move(cpu_now);
-  if (users_) fold(user_table_, users_now, user_delta, usage_.users, usage_.users_folded);
-  if (jobs_) fold(job_table_, jobs_now, job_delta, usage_.jobs, usage_.jobs_folded);
+  prev_ = std::move(next);
+  if (users_) fold(user_table_, users_now, usage_.users, usage_.users_folded, false);
+  if (jobs_) {
+    for (auto& [job, n] : jobs_now) {
+      auto f = facts.find(job);
+      if (f != facts.end()) n.facts = &f->second;
+      // The job's user: its cgroup's uid_<u>, else the uid most of its processes have (root's
+      // only when every process is root's: slurmstepd is in the job's cgroup too).
+      std::uint32_t uid = 0;
+      if (n.facts && n.facts->uid) {
+        uid = *n.facts->uid;
+      } else {
+        std::size_t best = 0;
+        for (const auto& [u, count] : n.uids)
+          if (u != 0 && count > best) {
+            best = count;
+            uid = u;
+          }
+      }
+      n.series.user = user_name(uid);
+    }
+    for (const JobGpuUse& g : gpus)
+      if (auto it = jobs_now.find(g.job); it != jobs_now.end()) it->second.gpus.push_back(&g);
+    fold(job_table_, jobs_now, usage_.jobs, usage_.jobs_folded, true);
+  }
   return usage_;
 }
+
+// ---- Scanner --------------------------------------------------------------------------------
 
 OwnerScanner::OwnerScanner(Roots roots, bool users, bool jobs, std::size_t max_series)
     : roots_(std::move(roots)), jobs_(jobs), aggregator_(users, jobs, max_series) {
   clk_tck_ = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  if (jobs_) layout_ = CgroupLayout::discover(roots_);
 }
 
 std::string OwnerScanner::user_name(std::uint32_t uid) {
@@ -205,17 +550,38 @@ std::string OwnerScanner::user_name(std::uint32_t uid) {
   return name;
 }
 
+void OwnerScanner::learn_job(int pid, const std::string& job, const std::string& cgroup_text) {
+  JobInfo& info = job_info_[job];
+  if (info.cgroup.empty()) info.cgroup = job_cgroup_of(cgroup_text, layout_);
+  if (info.env_read) return;
+  // The first of the job's processes whose environment is Slurm's (not slurmstepd's own).
+  auto env = read_file(roots_.proc + "/" + std::to_string(pid) + "/environ");
+  if (!env || !procfs::environ_value(*env, "SLURM_JOB_ID")) return;
+  info.env = job_environment(*env);
+  info.env_read = true;
+}
+
 const OwnerUsage& OwnerScanner::scan() {
-  if (jobs_) slurm_cgroups_ = node_has_slurm_cgroups(roots_);
+  // Whether Slurm uses cgroups here changes only when slurmd is reconfigured: looked at again
+  // every 5 s (on cgroup v1 it lists every controller's directory).
+  if (jobs_) {
+    const double now = monotonic_now();
+    if (now - slurm_cgroups_checked_ >= 5) {
+      slurm_cgroups_ = node_has_slurm_cgroups(roots_);
+      slurm_cgroups_checked_ = now;
+    }
+  }
   list_pids(roots_.proc, listing_);
   records_.clear();
   std::unordered_map<int, Known> seen;
   seen.reserve(listing_.size());
+  std::string cgroup_text;
   for (const int pid : listing_) {
     auto st = read_pid(roots_.proc, pid);
     if (!st) continue;
     Known k;
     auto it = known_.find(pid);
+    const std::string dir = roots_.proc + "/" + std::to_string(pid);
     if (it != known_.end() && it->second.starttime_ticks == st->starttime_ticks) {
       k = it->second;
     } else {
@@ -223,21 +589,64 @@ const OwnerUsage& OwnerScanner::scan() {
       if (!uid) continue;
       k.starttime_ticks = st->starttime_ticks;
       k.uid = *uid;
-      if (jobs_)
-        k.job = slurm_job_of_process(roots_.proc + "/" + std::to_string(pid), slurm_cgroups_).job;
+      if (jobs_) {
+        cgroup_text.clear();
+        k.job = slurm_job_of_process(dir, slurm_cgroups_, &cgroup_text).job;
+        if (k.job) learn_job(pid, *k.job, cgroup_text);
+      }
     }
     PidRecord r;
     r.pid = pid;
     r.starttime_ticks = k.starttime_ticks;
     r.uid = k.uid;
+    r.ppid = st->ppid;
+    r.cminflt = st->cminflt;
     r.job = k.job;
     r.cpu_s = static_cast<double>(st->cpu_ticks) / clk_tck_;
     r.rss_bytes = st->rss_bytes;
+    if (k.job) {
+      if (auto io_text = read_file(dir + "/io")) {
+        if (auto io = procfs::parse_pid_io(*io_text)) {
+          r.io_read_bytes = io->read_bytes;
+          r.io_write_bytes = io->write_bytes;
+        }
+      }
+    }
     records_.push_back(std::move(r));
     seen.emplace(pid, std::move(k));
   }
   known_ = std::move(seen);
-  return aggregator_.update(records_, [this](std::uint32_t uid) { return user_name(uid); });
+
+  std::map<std::string, JobFacts> facts;
+  std::vector<JobGpuUse> gpu_use;
+  if (jobs_) {
+    std::map<std::string, std::vector<int>> pids_by_job;
+    for (const PidRecord& r : records_)
+      if (r.job) pids_by_job[*r.job].push_back(r.pid);
+    // Jobs gone: forget what was learnt of them.
+    for (auto it = job_info_.begin(); it != job_info_.end();)
+      it = pids_by_job.count(it->first) ? std::next(it) : job_info_.erase(it);
+    for (const auto& [job, pids] : pids_by_job) {
+      auto info = job_info_.find(job);
+      JobFacts f = info != job_info_.end() ? read_job_cgroup(info->second.cgroup) : JobFacts{};
+      if (info != job_info_.end()) {
+        const JobEnvironment& env = info->second.env;
+        if (!f.cpus) f.cpus = env.cpus;
+        if (!f.memory_limit_bytes) {
+          if (env.mem_per_node_bytes)
+            f.memory_limit_bytes = env.mem_per_node_bytes;
+          else if (env.mem_per_cpu_bytes && f.cpus)
+            f.memory_limit_bytes = *env.mem_per_cpu_bytes * *f.cpus;
+        }
+      }
+      facts.emplace(job, std::move(f));
+    }
+    // Also without jobs: the devices' energy counters must be followed, so that a job that
+    // starts gets only its own share of the energy from then on.
+    if (gpus_) gpu_use = gpus_(pids_by_job);
+  }
+  return aggregator_.update(
+      records_, [this](std::uint32_t uid) { return user_name(uid); }, facts, gpu_use);
 }
 
 }  // namespace sonde::prom

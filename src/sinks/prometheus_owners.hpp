@@ -1,13 +1,15 @@
 #pragma once
 // Per-user and per-Slurm-job usage for `sonde serve --per-user/--per-job`. The engine's levels
-// are relative to one target, so these come from a scan of every pid on the node: CPU
-// seconds (a counter accumulated from per-pid deltas), resident memory and process counts per
-// uid and per job, with a cap on the number of label values.
+// are relative to one target, so these come from a scan of every pid on the node: CPU seconds
+// and I/O bytes (counters accumulated from per-pid deltas), resident memory and process counts
+// per uid and per job; per job also what its cgroup says (allocated CPUs, memory limit, per-CPU
+// time) and the GPUs its processes hold, with a cap on the number of label values.
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -20,17 +22,53 @@ struct PidRecord {
   int pid = 0;
   std::uint64_t starttime_ticks = 0;  ///< tells a reused pid from the old one
   std::uint32_t uid = 0;              ///< real uid
+  int ppid = 0;                       ///< parent when first seen (a reaped child's reaper)
+  std::uint64_t cminflt = 0;          ///< grows when the process reaps a child
   std::optional<std::string> job;     ///< Slurm job id, when known
   double cpu_s = 0;                   ///< utime + stime, seconds
   std::uint64_t rss_bytes = 0;
+  /// /proc/<pid>/io read_bytes and write_bytes; nullopt when unreadable (then not counted).
+  std::optional<std::uint64_t> io_read_bytes, io_write_bytes;
+};
+
+/// One GPU held by one job's processes in one scan (from gpu::process_use, src/cli/serve_gpus).
+struct JobGpuUse {
+  std::string job;
+  int gpu = 0;                     ///< the device's index, as the `gpu` label of sonde_gpu_*
+  double utilization_ratio = 0;    ///< 0..1; NaN when unknown
+  double memory_bytes = 0;         ///< NaN when the driver does not say per process
+  double power_watts = 0;          ///< the job's share of the device's power; NaN when unknown
+  double energy_joules_delta = 0;  ///< its share of the device's energy since the last scan
+};
+
+/// What a job's cgroup (read once per job per scan) and its processes' environment say.
+struct JobFacts {
+  std::optional<double> cpus;                ///< allocated CPUs on this node
+  std::optional<double> memory_limit_bytes;  ///< nullopt: unlimited or unknown
+  /// Per-CPU time of the job's cgroup (cgroup v1 cpuacct.usage_percpu): CPU id → seconds since
+  /// the cgroup was made. Empty where the cgroup does not give it.
+  std::vector<std::pair<int, double>> core_seconds;
+  std::optional<std::uint32_t> uid;  ///< from the cgroup path (v1 uid_<u>)
+};
+
+struct GpuSeries {
+  int gpu = 0;
+  double utilization_ratio = 0, memory_bytes = 0, power_watts = 0;
+  double energy_joules_total = 0;
 };
 
 /// One label value (a user name or job id, or "other") and its figures.
 struct OwnerSeries {
   std::string key;
+  std::string user;              ///< jobs: the job's user name ("" for "other")
   double cpu_seconds_total = 0;  ///< CPU time of its processes since sonde first saw them
   double rss_bytes = 0;          ///< resident memory now
   double processes = 0;          ///< processes now
+  // Jobs only:
+  double io_read_bytes_total = 0, io_written_bytes_total = 0;
+  std::optional<double> cpus, memory_limit_bytes;
+  std::vector<std::pair<int, double>> core_seconds_total;  ///< by CPU id
+  std::vector<GpuSeries> gpus;                             ///< by device index
 };
 
 struct OwnerUsage {
@@ -46,54 +84,129 @@ struct OwnerUsage {
 class OwnerAggregator {
  public:
   OwnerAggregator(bool users, bool jobs, std::size_t max_series);
-  /// `user_name` maps a uid to its label value.
+  /// `user_name` maps a uid to its label value; `facts` and `gpus`: per job, where known.
   const OwnerUsage& update(const std::vector<PidRecord>& pids,
-                           const std::function<std::string(std::uint32_t)>& user_name);
+                           const std::function<std::string(std::uint32_t)>& user_name,
+                           const std::map<std::string, JobFacts>& facts = {},
+                           const std::vector<JobGpuUse>& gpus = {});
   const OwnerUsage& usage() const { return usage_; }
 
  private:
+  struct Accum {
+    double cpu = 0, io_read = 0, io_write = 0;
+    std::map<int, double> core;        ///< CPU id → seconds
+    std::map<int, double> gpu_energy;  ///< device → joules
+  };
   struct KeyState {
     bool own = false;  ///< its own series, else folded into "other"
-    double cpu_total = 0;
+    Accum total;
+    std::map<int, double> core_prev;  ///< the cgroup's per-CPU seconds at the last scan
   };
   struct Table {
     std::map<std::string, KeyState> keys;
-    double other_cpu_total = 0;
+    Accum other;
     bool other_used = false;
     std::size_t own = 0;
   };
-  void fold(Table& t, const std::map<std::string, OwnerSeries>& now,
-            const std::map<std::string, double>& cpu_delta, std::vector<OwnerSeries>& out,
-            std::size_t& folded);
+  struct Now;  // one scan's figures of one key
+  void fold(Table& t, std::map<std::string, Now>& now, std::vector<OwnerSeries>& out,
+            std::size_t& folded, bool jobs);
 
   bool users_, jobs_;
   std::size_t max_series_;
-  std::unordered_map<int, std::pair<std::uint64_t, double>> prev_cpu_;  ///< pid → (start, cpu)
+  struct PidPrev {
+    std::uint64_t start = 0;
+    double cpu = 0;
+    std::optional<std::uint64_t> io_read, io_write;
+    int ppid = 0;
+    std::uint64_t cminflt = 0;
+  };
+  std::unordered_map<int, PidPrev> prev_;
+  struct Credit {  ///< I/O of a parent's children that are gone, already counted
+    double read = 0, write = 0;
+    int age = 0;  ///< scans since the last child went
+  };
+  std::unordered_map<int, Credit> credits_;  ///< by parent pid
   Table user_table_, job_table_;
   OwnerUsage usage_;
 };
 
-/// Reads every pid under `roots.proc` each scan (list_pids/read_pid): stat and statm
-/// each time, status (uid) and the Slurm job (slurm_job_of_process) once per pid.
+/// Where each cgroup controller's hierarchy is mounted (from /proc/self/mountinfo), to find a
+/// job's cgroup directory from a /proc/<pid>/cgroup path.
+struct CgroupLayout {
+  struct Mount {
+    std::vector<std::string> controllers;  ///< v1 only
+    std::string dir;                       ///< where its files are (re-rooted)
+    std::string root;                      ///< the cgroup path mounted there ("/" usually)
+  };
+  std::optional<Mount> v2;  ///< the unified hierarchy
+  std::vector<Mount> v1;
+  /// Reads `<proc>/self/mountinfo` (mounts under /sys re-rooted at `roots.sys`); without it,
+  /// the usual places under `<sys>/fs/cgroup`.
+  static CgroupLayout discover(const Roots& roots);
+};
+
+/// A job's cgroup directories (the `job_<id>` level), by hierarchy; empty when unknown.
+struct JobCgroup {
+  std::string v2;      ///< unified hierarchy
+  std::string cpuset;  ///< v1 controllers
+  std::string memory;
+  std::string cpuacct;
+  std::optional<std::uint32_t> uid;  ///< v1 path's uid_<u>
+  bool empty() const { return v2.empty() && cpuset.empty() && memory.empty() && cpuacct.empty(); }
+};
+/// The job cgroup directories of a process from its /proc/<pid>/cgroup text.
+JobCgroup job_cgroup_of(std::string_view cgroup_text, const CgroupLayout& layout);
+/// Reads the job's cgroup files: cpuset.cpus.effective (v2; v1 cpuset.effective_cpus or
+/// cpuset.cpus), memory.max / memory.limit_in_bytes, cpuacct.usage_percpu (v1).
+JobFacts read_job_cgroup(const JobCgroup& cg);
+
+/// Figures a job's processes carry in their environment (the fallback where the cgroup has
+/// none): SLURM_CPUS_ON_NODE, SLURM_MEM_PER_NODE (MiB), SLURM_MEM_PER_CPU (MiB).
+struct JobEnvironment {
+  std::optional<double> cpus;
+  std::optional<double> mem_per_node_bytes, mem_per_cpu_bytes;
+};
+JobEnvironment job_environment(std::string_view environ_text);
+
+/// Reads every pid under `roots.proc` each scan (list_pids/read_pid): stat and statm each time
+/// (and io for processes in a job), status (uid, parent) and the Slurm job
+/// (slurm_job_of_process) once per pid; each job's cgroup files once per job.
 class OwnerScanner {
  public:
   OwnerScanner(Roots roots, bool users, bool jobs, std::size_t max_series);
+  /// GPUs held by each job's processes (pids by job); called once per scan when set, also
+  /// with no job (to follow the devices' energy counters).
+  using GpuAttributor =
+      std::function<std::vector<JobGpuUse>(const std::map<std::string, std::vector<int>>&)>;
+  void set_gpu_attributor(GpuAttributor g) { gpus_ = std::move(g); }
   const OwnerUsage& scan();
 
  private:
   struct Known {
     std::uint64_t starttime_ticks = 0;
     std::uint32_t uid = 0;
+    int ppid = 0;
     std::optional<std::string> job;
   };
+  struct JobInfo {  ///< what the scanner learnt of a job from its processes
+    JobCgroup cgroup;
+    JobEnvironment env;
+    bool env_read = false;
+  };
   std::string user_name(std::uint32_t uid);
+  void learn_job(int pid, const std::string& job, const std::string& cgroup_text);
 
   Roots roots_;
   bool jobs_;
-  bool slurm_cgroups_ = false;  ///< node_has_slurm_cgroups, refreshed every scan
+  bool slurm_cgroups_ = false;  ///< node_has_slurm_cgroups, refreshed every 5 s
+  double slurm_cgroups_checked_ = -1e300;
+  CgroupLayout layout_;
   OwnerAggregator aggregator_;
+  GpuAttributor gpus_;
   std::unordered_map<int, Known> known_;
   std::unordered_map<std::uint32_t, std::string> names_;
+  std::map<std::string, JobInfo> job_info_;
   std::vector<int> listing_;
   std::vector<PidRecord> records_;
   double clk_tck_;
@@ -121,7 +234,8 @@ struct JobAttribution {
 /// The Slurm job of the process at `pid_dir` (/proc/<pid>): its job cgroup when it has one;
 /// else, only on a node without Slurm cgroups (`slurm_cgroups` false), SLURM_JOB_ID from its
 /// environment — which its owner can set to anything, so that fallback is claimable — when it
-/// is a plain job id (digits, at most 20).
-JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgroups);
+/// is a plain job id (digits, at most 20). `cgroup_text`, when given, receives the cgroup file.
+JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgroups,
+                                    std::string* cgroup_text = nullptr);
 
 }  // namespace sonde::prom

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "http/basic_auth.hpp"
 #include "http/request.hpp"
 #include "http/server.hpp"
 
@@ -309,6 +310,40 @@ TEST(HttpServer, AtTheConnectionCapTheOldestSlowOneMakesRoom) {
   EXPECT_EQ(read_until_close(old1), "");  // closed to make room
   EXPECT_EQ(s.server().stats().evicted.load(), 1u);
   for (int fd : {old1, old2, fresh}) ::close(fd);
+}
+
+TEST(HttpBasicAuth, Base64) {
+  std::string out;
+  EXPECT_TRUE(base64_decode("YWxpY2U6c2VjcmV0", out));
+  EXPECT_EQ(out, "alice:secret");
+  EXPECT_TRUE(base64_decode("Ym9iOnNlY3JldA==", out));
+  EXPECT_EQ(out, "bob:secret");
+  EXPECT_FALSE(base64_decode("Ym9iOnNlY3JldA=", out));  // length
+  EXPECT_FALSE(base64_decode("Ym9i*nNl", out));         // alphabet
+  EXPECT_FALSE(base64_decode("Ym=iOnNl", out));         // padding inside
+}
+
+TEST(HttpBasicAuth, AllowsOnlyTheRightUserAndPassword) {
+  const std::string secret = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b";
+  auto auth = BasicAuth::parse("# users\n\nalice:" + secret + "\n", "users.txt");
+  ASSERT_TRUE(auth) << auth.error().message;
+  EXPECT_EQ(auth->users(), 1u);
+  EXPECT_TRUE(auth->allows("Basic YWxpY2U6c2VjcmV0"));
+  EXPECT_TRUE(auth->allows("basic YWxpY2U6c2VjcmV0"));
+  EXPECT_FALSE(auth->allows("Basic YWxpY2U6d3Jvbmc="));  // alice:wrong
+  EXPECT_FALSE(auth->allows("Basic Ym9iOnNlY3JldA=="));  // bob:secret
+  EXPECT_FALSE(auth->allows("Bearer YWxpY2U6c2VjcmV0"));
+  EXPECT_FALSE(auth->allows(""));
+}
+
+TEST(HttpBasicAuth, BadFilesNameTheLine) {
+  auto a = BasicAuth::parse("alice:xyz\n", "users.txt");
+  ASSERT_FALSE(a);
+  EXPECT_NE(a.error().message.find("users.txt:1: expected 'USER:SHA256'"), std::string::npos)
+      << a.error().message;
+  auto b = BasicAuth::parse("# nobody\n", "users.txt");
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.error().message.find("at least one"), std::string::npos);
 }
 
 }  // namespace

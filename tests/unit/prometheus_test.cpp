@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <stdlib.h>  // mkdtemp
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -325,6 +326,207 @@ TEST(PrometheusOwners, ReusedPidCountsItsWholeLife) {
   reused.starttime_ticks = 200;
   const OwnerUsage& u = agg.update({reused}, name_of);
   EXPECT_DOUBLE_EQ(u.users[0].cpu_seconds_total, 13);
+}
+
+// ---- Per-job series: cgroups, environments, I/O, GPUs --------------------------------------
+
+/// A process with this stat line's parent, CPU ticks and cminflt, and an io file.
+void add_job_pid(const TempTree& t, int pid, int ppid, std::uint64_t utime, std::uint64_t cminflt,
+                 std::uint64_t read_bytes, std::uint64_t write_bytes, const std::string& cgroup,
+                 const std::string& environ, std::uint32_t uid = 1000) {
+  const std::string dir = "proc/" + std::to_string(pid) + "/";
+  t.write(dir + "stat", std::to_string(pid) + " (x) S " + std::to_string(ppid) +
+                            " 1 1 0 -1 4194304 0 " + std::to_string(cminflt) + " 0 0 " +
+                            std::to_string(utime) +
+                            " 0 0 0 20 0 1 0 500 1000 10 "
+                            "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
+  t.write(dir + "statm", "1000 256 10 1 0 100 0\n");
+  const std::string u = std::to_string(uid);
+  t.write(dir + "status", "Name:\tx\nPPid:\t" + std::to_string(ppid) + "\nUid:\t" + u + "\t" + u +
+                              "\t" + u + "\t" + u + "\nGid:\t1000\t1000\t1000\t1000\n");
+  t.write(dir + "cgroup", cgroup);
+  t.write(dir + "environ", environ);
+  t.write(dir + "io",
+          "rchar: 0\nwchar: 0\nsyscr: 0\nsyscw: 0\nread_bytes: " + std::to_string(read_bytes) +
+              "\nwrite_bytes: " + std::to_string(write_bytes) + "\ncancelled_write_bytes: 0\n");
+}
+
+const OwnerSeries* job(const OwnerUsage& u, const std::string& key) {
+  for (const OwnerSeries& s : u.jobs)
+    if (s.key == key) return &s;
+  return nullptr;
+}
+
+TEST(PrometheusJobs, CgroupV1JobFiguresFromItsCgroup) {
+  TempTree t;
+  t.write("proc/self/mountinfo",
+          "24 18 0:20 / /sys/fs/cgroup ro - tmpfs tmpfs ro\n"
+          "29 24 0:25 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+          "30 24 0:26 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpuacct,cpu\n"
+          "34 24 0:30 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n");
+  const std::string job = "slurm/uid_1000/job_42";
+  t.write("sys/fs/cgroup/cpuset/" + job + "/cpuset.cpus", "0-1,3\n");
+  t.write("sys/fs/cgroup/memory/" + job + "/memory.limit_in_bytes", "4294967296\n");
+  t.write("sys/fs/cgroup/cpu,cpuacct/" + job + "/cpuacct.usage_percpu",
+          "1000000000 2500000000 0 500000000 \n");
+  const std::string cg =
+      "11:devices:/slurm/uid_1000/job_42/step_0/task_0\n"
+      "8:cpuset:/slurm/uid_1000/job_42/step_0\n"
+      "4:memory:/slurm/uid_1000/job_42/step_0/task_0\n"
+      "3:cpuacct,cpu:/slurm/uid_1000/job_42/step_0/task_0\n"
+      "1:name=systemd:/system.slice/slurmd.service\n";
+  // slurmstepd (root) and two tasks; the environment's figures lose to the cgroup's.
+  add_job_pid(t, 30, 1, 10, 0, 0, 0, cg, bytes("PATH=/bin\0"), 0);
+  add_job_pid(t, 31, 30, 200, 0, 4096, 8192, cg,
+              bytes("SLURM_JOB_ID=42\0SLURM_CPUS_ON_NODE=8\0SLURM_MEM_PER_NODE=100\0"));
+  add_job_pid(t, 32, 30, 100, 0, 0, 1000, cg, bytes("SLURM_JOB_ID=42\0"));
+  ASSERT_TRUE(node_has_slurm_cgroups(t.roots()));
+
+  OwnerScanner scanner(t.roots(), false, true, 10);
+  const OwnerUsage& u = scanner.scan();
+  ASSERT_EQ(u.jobs.size(), 1u);
+  const OwnerSeries& s = u.jobs[0];
+  EXPECT_EQ(s.key, "42");
+  EXPECT_NE(s.user, "root");  // uid_1000 from the path, not slurmstepd's root
+  EXPECT_DOUBLE_EQ(s.processes, 3);
+  ASSERT_TRUE(s.cpus);
+  EXPECT_DOUBLE_EQ(*s.cpus, 3);
+  ASSERT_TRUE(s.memory_limit_bytes);
+  EXPECT_DOUBLE_EQ(*s.memory_limit_bytes, 4294967296.0);
+  ASSERT_EQ(s.core_seconds_total.size(), 4u);
+  EXPECT_EQ(s.core_seconds_total[1].first, 1);
+  EXPECT_DOUBLE_EQ(s.core_seconds_total[1].second, 2.5);
+  EXPECT_DOUBLE_EQ(s.io_read_bytes_total, 4096);
+  EXPECT_DOUBLE_EQ(s.io_written_bytes_total, 9192);
+  EXPECT_DOUBLE_EQ(s.rss_bytes, 3.0 * 256 * static_cast<double>(::sysconf(_SC_PAGESIZE)));
+
+  // The cgroup's per-CPU counters grow: the series grow by as much.
+  t.write("sys/fs/cgroup/cpu,cpuacct/" + job + "/cpuacct.usage_percpu",
+          "1000000000 3000000000 0 600000000\n");
+  add_job_pid(t, 31, 30, 300, 0, 4096, 10192, cg, bytes("SLURM_JOB_ID=42\0"));
+  const OwnerUsage& v = scanner.scan();
+  ASSERT_EQ(v.jobs.size(), 1u);
+  EXPECT_DOUBLE_EQ(v.jobs[0].core_seconds_total[1].second, 3.0);
+  EXPECT_NEAR(v.jobs[0].core_seconds_total[3].second, 0.6, 1e-12);
+  EXPECT_DOUBLE_EQ(v.jobs[0].io_written_bytes_total, 11192);
+
+  // The job ends: its series go.
+  std::filesystem::remove_all(t.str() + "/proc/30");
+  std::filesystem::remove_all(t.str() + "/proc/31");
+  std::filesystem::remove_all(t.str() + "/proc/32");
+  EXPECT_TRUE(scanner.scan().jobs.empty());
+}
+
+TEST(PrometheusJobs, CgroupV2JobCpusetAndMemoryMax) {
+  TempTree t;
+  t.write("proc/self/mountinfo",
+          "32 22 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n");
+  t.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory\n");
+  const std::string dir = "sys/fs/cgroup/system.slice/slurmstepd.scope/job_77";
+  t.write(dir + "/cpuset.cpus.effective", "2,4-5\n");
+  t.write(dir + "/memory.max", "max\n");
+  t.write("sys/fs/cgroup/system.slice/slurmstepd.scope/job_78/cpuset.cpus.effective", "0\n");
+  t.write("sys/fs/cgroup/system.slice/slurmstepd.scope/job_78/memory.max", "1073741824\n");
+  add_job_pid(t, 40, 1, 50, 0, 0, 0,
+              "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n",
+              bytes("SLURM_JOB_ID=77\0"), 1001);
+  add_job_pid(t, 41, 1, 50, 0, 0, 0,
+              "0::/system.slice/slurmstepd.scope/job_78/step_batch/user/task_0\n",
+              bytes("SLURM_JOB_ID=78\0SLURM_MEM_PER_NODE=100\0"), 1002);
+  OwnerScanner scanner(t.roots(), false, true, 10);
+  const OwnerUsage& u = scanner.scan();
+  ASSERT_EQ(u.jobs.size(), 2u);
+  const OwnerSeries* a = job(u, "77");
+  const OwnerSeries* b = job(u, "78");
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->cpus);
+  EXPECT_DOUBLE_EQ(*a->cpus, 3);
+  EXPECT_FALSE(a->memory_limit_bytes);         // unlimited, and no environment figure
+  EXPECT_TRUE(a->core_seconds_total.empty());  // v2 has no per-CPU time
+  ASSERT_TRUE(b->memory_limit_bytes);
+  EXPECT_DOUBLE_EQ(*b->memory_limit_bytes, 1073741824.0);  // the cgroup wins over 100 MiB
+  EXPECT_DOUBLE_EQ(a->cpu_seconds_total,
+                   50.0 / static_cast<double>(::sysconf(_SC_CLK_TCK)));  // whole life
+  EXPECT_NE(a->user, b->user);  // each job's processes' uid
+}
+
+TEST(PrometheusJobs, EnvironmentFiguresWithoutSlurmCgroups) {
+  TempTree t;
+  t.write("proc/self/mountinfo",
+          "32 22 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n");
+  t.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory\n");
+  add_job_pid(t, 50, 1, 5, 0, 0, 0, "0::/user.slice/user-1000.slice/session-1.scope\n",
+              bytes("SLURM_JOB_ID=9001\0SLURM_CPUS_ON_NODE=4\0SLURM_MEM_PER_NODE=2048\0"));
+  add_job_pid(t, 51, 1, 5, 0, 0, 0, "0::/user.slice/user-1000.slice/session-1.scope\n",
+              bytes("SLURM_JOB_ID=9002\0SLURM_CPUS_ON_NODE=2\0SLURM_MEM_PER_CPU=512\0"));
+  add_job_pid(t, 52, 1, 5, 0, 0, 0, "0::/user.slice/user-1000.slice/session-1.scope\n",
+              bytes("SLURM_JOB_ID=9003\0"));
+  OwnerScanner scanner(t.roots(), false, true, 10);
+  const OwnerUsage& u = scanner.scan();
+  ASSERT_EQ(u.jobs.size(), 3u);
+  EXPECT_DOUBLE_EQ(job(u, "9001")->cpus.value_or(0), 4);
+  EXPECT_DOUBLE_EQ(job(u, "9001")->memory_limit_bytes.value_or(0), 2048.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(job(u, "9002")->memory_limit_bytes.value_or(0), 1024.0 * 1024 * 1024);
+  EXPECT_FALSE(job(u, "9003")->cpus);
+  EXPECT_FALSE(job(u, "9003")->memory_limit_bytes);
+}
+
+TEST(PrometheusJobs, JobEnvironmentParsing) {
+  auto e = job_environment(bytes("SLURM_CPUS_ON_NODE=16\0SLURM_MEM_PER_NODE=4096M\0"));
+  EXPECT_EQ(e.cpus, 16);
+  EXPECT_EQ(e.mem_per_node_bytes, 4096.0 * 1024 * 1024);
+  auto bad = job_environment(bytes("SLURM_CPUS_ON_NODE=x\0SLURM_MEM_PER_NODE=0\0"));
+  EXPECT_FALSE(bad.cpus);
+  EXPECT_FALSE(bad.mem_per_node_bytes);
+}
+
+PidRecord io_pid(int p, int ppid, std::uint64_t cminflt, std::uint64_t r, std::uint64_t w) {
+  PidRecord rec = pid(p, 1000, 0, 0, "5");
+  rec.ppid = ppid;
+  rec.cminflt = cminflt;
+  rec.io_read_bytes = r;
+  rec.io_write_bytes = w;
+  return rec;
+}
+
+TEST(PrometheusJobs, ReapedChildIoCountsOnce) {
+  OwnerAggregator agg(false, true, 10);
+  agg.update({io_pid(1, 0, 0, 100, 1000), io_pid(2, 1, 0, 50, 500)}, name_of);
+  // The child wrote 10 more, then its parent reaped it: the parent's counters now hold the
+  // child's whole life (60, 510) plus its own new 5 bytes read.
+  const OwnerUsage& u = agg.update({io_pid(1, 0, 7, 100 + 60 + 5, 1000 + 510)}, name_of);
+  ASSERT_EQ(u.jobs.size(), 1u);
+  EXPECT_DOUBLE_EQ(u.jobs[0].io_read_bytes_total, 165);
+  EXPECT_DOUBLE_EQ(u.jobs[0].io_written_bytes_total, 1510);
+  // A process that exits with nobody in the job reaping it keeps what it had counted.
+  const OwnerUsage& v = agg.update({io_pid(1, 0, 7, 170, 1510), io_pid(3, 1, 7, 0, 0)}, name_of);
+  EXPECT_DOUBLE_EQ(v.jobs[0].io_read_bytes_total, 170);
+  // A child that lived and died between two scans arrives whole through its parent.
+  const OwnerUsage& w = agg.update({io_pid(1, 0, 8, 270, 1510), io_pid(3, 1, 7, 0, 0)}, name_of);
+  EXPECT_DOUBLE_EQ(w.jobs[0].io_read_bytes_total, 270);
+}
+
+TEST(PrometheusJobs, GpuShareAndEnergyAndOther) {
+  OwnerAggregator agg(false, true, 1);
+  std::vector<PidRecord> pids{pid(1, 1000, 1, 1, "10"), pid(2, 1001, 1, 1, "11")};
+  std::vector<JobGpuUse> gpus{
+      {"10", 0, 0.6, 1e9, 120, 50}, {"11", 0, 0.2, 2e9, 40, 20}, {"11", 1, kNaN, kNaN, kNaN, kNaN}};
+  agg.update(pids, name_of, {}, gpus);
+  const OwnerUsage& u = agg.update(pids, name_of, {}, gpus);
+  ASSERT_EQ(u.jobs.size(), 2u);
+  EXPECT_EQ(u.jobs[0].key, "10");
+  ASSERT_EQ(u.jobs[0].gpus.size(), 1u);
+  EXPECT_DOUBLE_EQ(u.jobs[0].gpus[0].utilization_ratio, 0.6);
+  EXPECT_DOUBLE_EQ(u.jobs[0].gpus[0].power_watts, 120);
+  EXPECT_DOUBLE_EQ(u.jobs[0].gpus[0].energy_joules_total, 100);
+  // Job 11 is over the cap: summed under "other", with its GPUs, without a user.
+  EXPECT_EQ(u.jobs[1].key, "other");
+  EXPECT_EQ(u.jobs[1].user, "");
+  ASSERT_EQ(u.jobs[1].gpus.size(), 2u);
+  EXPECT_DOUBLE_EQ(u.jobs[1].gpus[0].energy_joules_total, 40);
+  EXPECT_DOUBLE_EQ(u.jobs[1].gpus[0].memory_bytes, 2e9);
+  EXPECT_TRUE(std::isnan(u.jobs[1].gpus[1].power_watts));
+  EXPECT_EQ(u.jobs_folded, 1u);
 }
 
 }  // namespace

@@ -1,0 +1,65 @@
+#include "cli/serve_gpus.hpp"
+
+#include <cmath>
+#include <limits>
+#include <unordered_set>
+
+namespace sonde::cli {
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+}
+
+std::unique_ptr<JobGpus> JobGpus::open() {
+  gpu::Gpus gpus = gpu::open_gpus();
+  int n = 0;
+  for (const auto& b : gpus.backends) n += b->device_count();
+  if (n == 0) return nullptr;
+  return std::make_unique<JobGpus>(std::move(gpus));
+}
+
+JobGpus::JobGpus(gpu::Gpus gpus) : gpus_(std::move(gpus)) {}
+
+std::vector<prom::JobGpuUse> JobGpus::attribute(const std::map<std::string, std::vector<int>>& pids,
+                                                double now_s) {
+  const gpu::GpuSnapshot snap = gpu::query_all(gpus_, !pids.empty());  // process lists: for jobs
+  devices_.resize(snap.devices.size());
+  std::vector<prom::JobGpuUse> out;
+  for (std::size_t i = 0; i < snap.devices.size(); ++i) {
+    const gpu::GpuDevice& d = snap.devices[i];
+    DeviceState& st = devices_[i];
+    // The device's energy since the last scan: its counter's growth, else power × time.
+    double energy_j = 0;
+    const double dt = st.prev_s ? now_s - *st.prev_s : 0;
+    if (!d.error && d.energy_mj) {
+      const double cur = static_cast<double>(*d.energy_mj);
+      if (st.prev_mj && cur >= *st.prev_mj)
+        energy_j = (cur - *st.prev_mj) / 1000.0;
+      else if (st.prev_mj && d.power_w && dt > 0)  // the counter went back (driver reload)
+        energy_j = *d.power_w * dt;
+      st.prev_mj = cur;
+    } else {
+      st.prev_mj.reset();
+      if (!d.error && d.power_w && dt > 0) energy_j = *d.power_w * dt;
+    }
+    st.prev_s = now_s;
+    if (d.error || !d.processes) continue;
+    for (const auto& [job, list] : pids) {
+      const std::unordered_set<int> set(list.begin(), list.end());
+      const gpu::ProcessUse use = gpu::process_use(d, set);
+      if (!use.any) continue;
+      prom::JobGpuUse u;
+      u.job = job;
+      u.gpu = static_cast<int>(i);
+      u.utilization_ratio = std::isnan(use.util) ? kNaN : use.util / 100.0;
+      u.memory_bytes = use.memory_bytes ? *use.memory_bytes : kNaN;
+      u.power_watts =
+          d.power_w && !std::isnan(use.power_share) ? *d.power_w * use.power_share : kNaN;
+      u.energy_joules_delta = std::isnan(use.power_share) ? kNaN : energy_j * use.power_share;
+      out.push_back(std::move(u));
+    }
+  }
+  return out;
+}
+
+}  // namespace sonde::cli
