@@ -52,29 +52,6 @@ std::string command_text(const std::vector<std::string>& command) {
   return out;
 }
 
-/// One node of a multi-node run (summarize_run's `nodes` entry), one line.
-std::string node_line(const nlohmann::json& n) {
-  auto num = [&](const char* k) -> std::optional<double> {
-    return n.contains(k) && n[k].is_number() ? std::optional<double>(n[k].get<double>())
-                                             : std::nullopt;
-  };
-  std::string out = fmt::format(
-      "  {:<12} {:<9}", n.value("name", std::string()) + (n.value("head", false) ? " (head)" : ""),
-      n.value("status", std::string("complete")));
-  out += fmt::format("  {:>5} rows", n.value("rows", 0));
-  if (auto c = num("cpu_mean_cores"))
-    out += fmt::format("  CPU mean {:.2f} peak {:.2f} of {:g} cores", *c,
-                       num("cpu_peak_cores").value_or(0), num("num_cpus").value_or(0));
-  if (auto m = num("memory_peak_gib"))
-    out += num("memory_limit_gib")
-               ? fmt::format("  memory peak {:.3f} of {:.1f} GiB", *m, *num("memory_limit_gib"))
-               : fmt::format("  memory peak {:.3f} GiB", *m);
-  if (auto o = num("clock_offset_s")) out += fmt::format("  clock {:+.1f} ms", *o * 1000);
-  const std::string reason = n.value("reason", std::string());
-  if (!reason.empty()) out += "  (" + reason + ")";
-  return out + "\n";
-}
-
 int fail(const Error& e) {
   print_error(e.message);
   return e.code == Errc::config ? kExitUsage : kExitFailure;
@@ -184,11 +161,8 @@ int cmd_runs(const RunsOptions& o) {
     } else {
       std::cout << "  (no summary: the run has not finished, or it was killed)\n";
     }
-    if (!nodes.empty()) {
-      std::cout << fmt::format("nodes ({}, figures of their {} level):\n", nodes.size(),
-                               node_level);
-      for (const auto& n : nodes) std::cout << node_line(n);
-    }
+    if (!nodes.empty())
+      std::cout << summary_nodes_text({{"nodes", nodes}, {"node_level", node_level}});
     std::cout << "manifest:\n" << run->manifest.dump(2) << "\n";
     return kExitOk;
   }

@@ -308,6 +308,41 @@ std::string summary_text(const nlohmann::json& s) {
   return out;
 }
 
+namespace {
+/// One node of a multi-node run (summarize_run's `nodes` entry), one line.
+std::string node_line(const nlohmann::json& n) {
+  auto num = [&](const char* k) -> std::optional<double> {
+    return n.contains(k) && n[k].is_number() ? std::optional<double>(n[k].get<double>())
+                                             : std::nullopt;
+  };
+  std::string out = fmt::format(
+      "  {:<12} {:<9}", n.value("name", std::string()) + (n.value("head", false) ? " (head)" : ""),
+      n.value("status", std::string("complete")));
+  out += fmt::format("  {:>5} rows", n.value("rows", 0));
+  if (auto c = num("cpu_mean_cores"))
+    out += fmt::format("  CPU mean {:.2f} peak {:.2f} of {:g} cores", *c,
+                       num("cpu_peak_cores").value_or(0), num("num_cpus").value_or(0));
+  if (auto m = num("memory_peak_gib"))
+    out += num("memory_limit_gib")
+               ? fmt::format("  memory peak {:.3f} of {:.1f} GiB", *m, *num("memory_limit_gib"))
+               : fmt::format("  memory peak {:.3f} GiB", *m);
+  if (auto o = num("clock_offset_s")) out += fmt::format("  clock {:+.1f} ms", *o * 1000);
+  const std::string reason = n.value("reason", std::string());
+  if (!reason.empty()) out += "  (" + reason + ")";
+  return out + "\n";
+}
+
+}  // namespace
+
+std::string summary_nodes_text(const nlohmann::json& summary) {
+  if (!summary.contains("nodes") || !summary["nodes"].is_array() || summary["nodes"].empty())
+    return {};
+  std::string out = fmt::format("nodes ({}, figures of their {} level):\n", summary["nodes"].size(),
+                                summary.value("node_level", std::string("slurm")));
+  for (const auto& n : summary["nodes"]) out += node_line(n);
+  return out;
+}
+
 // ---- the summary of a stored run ----------------------------------------------------------------
 
 namespace {

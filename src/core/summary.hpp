@@ -131,4 +131,10 @@ nlohmann::json summarize_run(const RunData& run,
 /// The text of a summary (summary_json), for a terminal.
 std::string summary_text(const nlohmann::json& summary);
 
+/// A multi-node run's per-node lines for a terminal (summarize_run's `nodes` and `node_level`:
+/// name, status, rows, CPU mean/peak of the node's CPUs, memory peak and limit, clock offset,
+/// reason), under a heading; "" for a single node. For `sonde runs show` and the end-of-run
+/// summary of a multi-node head.
+std::string summary_nodes_text(const nlohmann::json& summary);
+
 }  // namespace sonde

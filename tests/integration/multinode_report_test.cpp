@@ -2,6 +2,8 @@
 // `--node`, of the directory and of a zip of it (the page itself: tests/browser/test_report.py).
 #include <gtest/gtest.h>
 
+#include "sinks/run_data.hpp"
+#include "sinks/sqlite.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {
@@ -45,6 +47,87 @@ TEST(MultinodeReportCli, ReportOfTheAggregateAndOfOneNode) {
                              "n1", "-o", (dir / "single.html").string()});
   EXPECT_EQ(single.status, 2) << single.describe();
   EXPECT_NE(single.err.find("is not a multi-node run"), std::string::npos) << single.err;
+}
+
+/// The fixture stored in SQLite through the writer's node API, as a multi-node head stores it.
+void store(const std::string& db, const RunData& run) {
+  std::vector<Level> levels;
+  std::array<std::vector<std::string>, kNumLevels> cols;
+  for (const auto& t : run.levels) {
+    levels.push_back(t.level);
+    cols[level_index(t.level)].assign(t.columns.begin() + 2, t.columns.end());
+  }
+  auto sink = SqliteSink::create(db, run.manifest, levels, cols);
+  ASSERT_TRUE(sink.ok()) << sink.error().message;
+  for (const auto& n : run.nodes) {
+    std::array<std::vector<std::string>, kNumLevels> nc;
+    for (const auto& t : n.levels)
+      nc[level_index(t.level)].assign(t.columns.begin() + 2, t.columns.end());
+    ASSERT_TRUE((*sink)->add_node(n.node, nc).ok());
+  }
+  auto put = [&](const std::string& node, const LevelTable& t, std::size_t i) {
+    if (i < t.rows.size())
+      (*sink)->write_node_row(node, t.level, t.rows[i][0], t.rows[i][1],
+                              std::vector<double>(t.rows[i].begin() + 2, t.rows[i].end()));
+  };
+  for (std::size_t i = 0; i < 10; ++i) {
+    for (const auto& t : run.levels) put("", t, i);
+    for (const auto& n : run.nodes)
+      for (const auto& t : n.levels) put(n.node, t, i);
+    (*sink)->end_tick();
+  }
+  RunOutcome outcome;
+  outcome.exit_status = 0;
+  (*sink)->finish(outcome, summarize_run(run), 10, 0);
+}
+
+TEST(MultinodeReportCli, RunsInSqlite) {
+  const fs::path dir = scratch_dir("multinode_sqlite");
+  const std::string db = (dir / "runs.sqlite").string();
+  auto run = read_run_dir((kFixtures / "run_multinode_lost").string());
+  ASSERT_TRUE(run) << run.error().message;
+  store(db, *run);
+
+  auto list = run_command({sonde_binary(), "runs", "list", db});
+  ASSERT_EQ(list.status, 0) << list.describe();
+  EXPECT_NE(list.out.find("NODES"), std::string::npos) << list.out;
+  auto listj = run_command({sonde_binary(), "runs", "list", db, "--json"});
+  ASSERT_EQ(listj.status, 0) << listj.describe();
+  const auto lj = nlohmann::json::parse(listj.out);
+  EXPECT_EQ(lj[0]["nodes"], nlohmann::json({"n1", "n2", "n3"}));
+  EXPECT_EQ(lj[0]["ticks"], 10);
+
+  auto show = run_command({sonde_binary(), "runs", "show", db, "1"});
+  ASSERT_EQ(show.status, 0) << show.describe();
+  EXPECT_NE(show.out.find("nodes (3, figures of their slurm level):"), std::string::npos)
+      << show.out;
+  EXPECT_NE(show.out.find("n1 (head)"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("lost"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("clock -250.0 ms"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("node-imbalance"), std::string::npos) << show.out;
+  auto showj = run_command({sonde_binary(), "runs", "show", db, "1", "--json"});
+  ASSERT_EQ(showj.status, 0) << showj.describe();
+  const auto sj = nlohmann::json::parse(showj.out);
+  EXPECT_EQ(sj["nodes"][2]["stored_ticks"]["slurm"], 6);
+
+  // Exported as a multi-node run directory, which reads back as the fixture.
+  const fs::path out = dir / "export";
+  auto ex = run_command({sonde_binary(), "runs", "export", db, "1", "-o", out.string()});
+  ASSERT_EQ(ex.status, 0) << ex.describe();
+  EXPECT_TRUE(fs::is_regular_file(out / "nodes" / "n3" / "perf_system.csv"));
+  auto back = read_run_dir(out.string());
+  ASSERT_TRUE(back) << back.error().message;
+  ASSERT_EQ(back->nodes.size(), 3u);
+  EXPECT_EQ(back->find_node("n3")->levels[0].rows.size(), 6u);
+  auto exj = run_command({sonde_binary(), "runs", "export", db + "#1", "--format", "json"});
+  ASSERT_EQ(exj.status, 0) << exj.describe();
+  EXPECT_EQ(nlohmann::json::parse(exj.out)["nodes"]["n2"]["slurm"]["rows"].size(), 10u);
+
+  // The report of the stored run, and of one node.
+  auto rep = run_command({sonde_binary(), "report", db + "#1", "--node", "n3", "-o",
+                          (dir / "n3.html").string(), "--uncompressed"});
+  ASSERT_EQ(rep.status, 0) << rep.describe();
+  EXPECT_NE(read_file(dir / "n3.html").find("\"host\":\"n3\""), std::string::npos);
 }
 
 }  // namespace

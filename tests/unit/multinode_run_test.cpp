@@ -183,6 +183,20 @@ TEST(MultinodeRun, SummaryPerNodeAndImbalanceTag) {
   EXPECT_EQ(one["levels"]["slurm"]["num_cpus"], 2);
 }
 
+TEST(MultinodeRun, NodesText) {
+  auto run = read_run(kLost);
+  ASSERT_TRUE(run);
+  const std::string text = summary_nodes_text(summarize_run(*run));
+  EXPECT_NE(text.find("nodes (3, figures of their slurm level):\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  n1 (head)    complete      10 rows  CPU mean 1.95 peak 1.95 of 2 cores  "
+                      "memory peak 0.059 of 2.0 GiB  clock +0.0 ms\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  n3           lost           6 rows"), std::string::npos) << text;
+  EXPECT_NE(text.find("(no line from the agent for 3 s after tick 6)"), std::string::npos) << text;
+  EXPECT_EQ(summary_nodes_text(summarize_run(*read_run(kFixtures + "/run_basic"))), "");
+}
+
 TEST(MultinodeRun, ImbalanceRule) {
   using N = TagInputs::NodeCpu;
   EXPECT_FALSE(node_imbalance({}));
