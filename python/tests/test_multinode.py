@@ -13,7 +13,7 @@ from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 
 from sonde import report
-from sonde.session import import_session, is_aggregate
+from sonde.session import CellHistory, import_session, is_aggregate
 
 from conftest import SOURCE_DIR
 
@@ -79,6 +79,13 @@ def magics_of(shell):
     return shell.magics_manager.registry["SondeMagics"]
 
 
+def report_of(run, shell, line):
+    """A report (or plot) of the whole run: the cells this test ran (shorter than the interval) are
+    forgotten first, as in a fresh notebook that imported the run."""
+    magics_of(shell).history = CellHistory()
+    return run(line)
+
+
 def test_reports_and_plots_per_node(run, shell, tmp_path):
     path = make_run(tmp_path)
     out, err, _ = run(f"%import_session {path}")
@@ -90,7 +97,7 @@ def test_reports_and_plots_per_node(run, shell, tmp_path):
     assert agg["levels"]["slurm"]["num_cpus"] == 6
     assert [n["name"] for n in agg["nodes"]] == ["n1", "n2", "n3"]
     assert "node-imbalance" in agg["tags"]
-    out, err, _ = run("%perfmonitor_perfreport --node '<Aggregated>' --text")
+    out, err, _ = report_of(run, shell, "%perfmonitor_perfreport --node '<Aggregated>' --text")
     assert err == "" and "slurm level" in out
 
     # One node: its own figures.
@@ -99,19 +106,19 @@ def test_reports_and_plots_per_node(run, shell, tmp_path):
     assert report.metric(n1, "slurm", "cpu") == pytest.approx(97.5, abs=0.5)
     n2 = m.summary([], m._node_data("n2"))
     assert report.metric(n2, "slurm", "memory", "max") == pytest.approx(0.5)
-    out, err, _ = run("%perfmonitor_perfreport --node n2 --text")
+    out, err, _ = report_of(run, shell, "%perfmonitor_perfreport --node n2 --text")
     assert err == "", err
     assert "node n2" in out
-    out, err, _ = run("%perfmonitor_perfreport --node n2 --level system --text")
+    out, err, _ = report_of(run, shell, "%perfmonitor_perfreport --node n2 --level system --text")
     assert err == "" and "system level, node n2" in out
 
     jpeg = tmp_path / "n1.jpeg"
-    out, err, outputs = run(f"%perfmonitor_plot --node n1 --backend matplotlib "
+    out, err, outputs = report_of(run, shell, f"%perfmonitor_plot --node n1 --backend matplotlib "
                             f"--save-jpeg {jpeg}")
     assert err == "", err
     assert jpeg.stat().st_size > 1000
     pkl = tmp_path / "n3.pkl"
-    run(f"%perfmonitor_plot --node n3 --level system --pickle {pkl} --backend matplotlib")
+    report_of(run, shell, f"%perfmonitor_plot --node n3 --level system --pickle {pkl} --backend matplotlib")
     import pickle
 
     with open(pkl, "rb") as f:
@@ -120,9 +127,9 @@ def test_reports_and_plots_per_node(run, shell, tmp_path):
     assert saved["frame"]["cpu_util_avg"].max() < 5
 
     # Bad input: one line naming the nodes.
-    _, err, _ = run("%perfmonitor_perfreport --node n9 --text")
+    _, err, _ = report_of(run, shell, "%perfmonitor_perfreport --node n9 --text")
     assert "'n9' is not a node of this run (nodes: n1, n2, n3" in err
-    _, err, _ = run("%perfmonitor_plot --node n9")
+    _, err, _ = report_of(run, shell, "%perfmonitor_plot --node n9")
     assert "'n9' is not a node" in err
 
 
@@ -130,7 +137,7 @@ def test_node_on_a_single_node_session(run, shell, tmp_path):
     path = os.path.join(SOURCE_DIR, "tests", "fixtures", "run_basic")
     out, err, _ = run(f"%import_session {path}")
     assert "imported" in out, err
-    _, err, _ = run("%perfmonitor_perfreport --node n2 --text")
+    _, err, _ = report_of(run, shell, "%perfmonitor_perfreport --node n2 --text")
     assert "not a multi-node run" in err
-    out, err, _ = run("%perfmonitor_perfreport --node aggregate --text")
+    out, err, _ = report_of(run, shell, "%perfmonitor_perfreport --node aggregate --text")
     assert err == ""
