@@ -2,6 +2,10 @@
 // `--node`, of the directory and of a zip of it (the page itself: tests/browser/test_report.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 #include "sinks/run_data.hpp"
 #include "sinks/sqlite.hpp"
 #include "support/run_helpers.hpp"
@@ -47,6 +51,62 @@ TEST(MultinodeReportCli, ReportOfTheAggregateAndOfOneNode) {
                              "n1", "-o", (dir / "single.html").string()});
   EXPECT_EQ(single.status, 2) << single.describe();
   EXPECT_NE(single.err.find("is not a multi-node run"), std::string::npos) << single.err;
+}
+
+// Three real `sonde record --system` runs, taken at the same time on this machine, assembled
+// into one multi-node run (make_multinode_run.py --from): each node reads back exactly as the
+// run it came from, and its summary is that run's.
+TEST(MultinodeReportCli, RealRunsAssembledReadBackAsTheirRuns) {
+  const fs::path dir = scratch_dir("multinode_real");
+  std::string script;
+  for (int i = 1; i <= 3; ++i)
+    script +=
+        fmt::format("'{}' record --system --duration 1.5 --interval 0.2 --quiet --out '{}' & ",
+                    sonde_binary(), (dir / fmt::format("r{}", i)).string());
+  auto rec = run_command({"/bin/sh", "-c", script + "wait"});
+  ASSERT_EQ(rec.status, 0) << rec.describe();
+  const fs::path job = dir / "job";
+  auto mk =
+      run_command({"/usr/bin/python3", (kFixtures / "make_multinode_run.py").string(), job.string(),
+                   "--from", (dir / "r1").string(), (dir / "r2").string(), (dir / "r3").string()});
+  ASSERT_EQ(mk.status, 0) << mk.describe();
+
+  auto run = read_run_dir(job.string());
+  ASSERT_TRUE(run) << run.error().message;
+  ASSERT_EQ(run->nodes.size(), 3u);
+  const auto s = summarize_run(*run);
+  double cpus = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto single = read_run_dir((dir / fmt::format("r{}", i + 1)).string());
+    ASSERT_TRUE(single) << single.error().message;
+    const RunData& node = run->nodes[static_cast<std::size_t>(i)];
+    EXPECT_EQ(node.node, fmt::format("n{}", i + 1));
+    ASSERT_EQ(node.levels.size(), 1u);
+    EXPECT_EQ(node.levels[0].columns, single->levels[0].columns);
+    ASSERT_EQ(node.levels[0].rows.size(), single->levels[0].rows.size());
+    EXPECT_GE(node.levels[0].rows.size(), 5u);
+    const auto one = summarize_run(*single);
+    const auto& n = s["nodes"][static_cast<std::size_t>(i)];
+    EXPECT_EQ(n["level"], "system");
+    EXPECT_EQ(n["rows"], single->levels[0].rows.size());
+    EXPECT_DOUBLE_EQ(n["cpu_mean_pct"].get<double>(),
+                     one["levels"]["system"]["groups"]["cpu"]["mean"].get<double>());
+    EXPECT_DOUBLE_EQ(n["memory_peak_gib"].get<double>(), one["memory_peak_gib"].get<double>());
+    cpus += one["num_cpus"].get<double>();
+  }
+  // The aggregate: all the nodes' CPUs, rows covering the three nodes.
+  EXPECT_DOUBLE_EQ(s["levels"]["system"]["num_cpus"].get<double>(), cpus);
+  const LevelTable* agg = run->find(Level::system);
+  ASSERT_NE(agg, nullptr);
+  ASSERT_TRUE(agg->find("nodes"));
+  double most = 0;
+  for (const auto& row : agg->rows) most = std::max(most, row[*agg->find("nodes")]);
+  EXPECT_EQ(most, 3);
+
+  auto rep = run_command({sonde_binary(), "report", job.string(), "-o", (dir / "job.html").string(),
+                          "--uncompressed"});
+  ASSERT_EQ(rep.status, 0) << rep.describe();
+  EXPECT_NE(read_file(dir / "job.html").find("\"nodes\":[{\"name\":\"n1\""), std::string::npos);
 }
 
 /// The fixture stored in SQLite through the writer's node API, as a multi-node head stores it.
