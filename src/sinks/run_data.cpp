@@ -166,14 +166,8 @@ Result<void> read_nodes(int dir_fd, const std::string& dir, const std::string& m
     return make_error(Errc::parse, fmt::format("{}: `nodes`: expected a list of nodes (objects "
                                                "with a `name`)",
                                                manifest_path));
-  UniqueFd nodes_fd;
-  if (!m["nodes"].empty()) {
-    nodes_fd.reset(::openat(dir_fd, "nodes", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!nodes_fd)
-      return make_error(Errc::parse,
-                        fmt::format("{}: a multi-node run without its directory `nodes` ({})", dir,
-                                    std::strerror(errno)));
-  }
+  // Missing when no agent wrote anything (every node then says why it is not complete).
+  UniqueFd nodes_fd(::openat(dir_fd, "nodes", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   for (const auto& entry : m["nodes"]) {
     if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() ||
         !is_plain_name(entry["name"].get<std::string>()))
@@ -191,8 +185,10 @@ Result<void> read_nodes(int dir_fd, const std::string& dir, const std::string& m
             ? entry["columns_by_level"]
             : nlohmann::json();
     const std::string node_dir = (fs::path(dir) / "nodes" / name).string();
-    UniqueFd node_fd(
-        ::openat(nodes_fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd node_fd;
+    if (nodes_fd)
+      node_fd.reset(
+          ::openat(nodes_fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!node_fd && complete)
       return make_error(Errc::parse, fmt::format("{}: missing: the node {} is listed in {}",
                                                  node_dir, printable(name, 60), manifest_path));

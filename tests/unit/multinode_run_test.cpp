@@ -143,6 +143,23 @@ TEST(MultinodeRun, BadNodesAreErrorsNamingTheFile) {
     EXPECT_EQ(s["nodes"][1]["rows"], 0);
   }
   {
+    // No agent wrote anything: no `nodes` directory, every node failed.
+    MultinodeCopy c;
+    fs::remove_all(fs::path(c.path()) / "nodes");
+    auto m = c.manifest();
+    for (auto& n : m["nodes"]) n["status"] = "failed";
+    c.set_manifest(m);
+    auto run = read_run(c.path());
+    ASSERT_TRUE(run) << run.error().message;
+    EXPECT_EQ(run->nodes.size(), 3u);
+    m["nodes"][0]["status"] = "complete";
+    c.set_manifest(m);
+    auto bad = read_run(c.path());
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().message.find("nodes/n1: missing"), std::string::npos)
+        << bad.error().message;
+  }
+  {
     MultinodeCopy c;
     std::ofstream(fs::path(c.path()) / "nodes" / "n3" / "perf_system.csv", std::ios::app)
         << "1,2,x\n";
