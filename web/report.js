@@ -102,6 +102,13 @@
         meta.node.num_cpus + (meta.node.num_system_cpus !== meta.node.num_cpus ?
           " of " + meta.node.num_system_cpus : "") : "–"],
     ];
+    if (data.nodes && data.nodes.length) {
+      // A multi-node run: the job's CPUs over its nodes (the head's are one node's).
+      var jobCpus = 0;
+      (summary.nodes || []).forEach(function (n) { jobCpus += n.num_cpus || 0; });
+      facts[5] = ["CPUs", jobCpus + " on " + data.nodes.length + " nodes"];
+      facts.push(["job", String((meta.multinode || {}).job || "–")]);
+    }
     if (meta.node && meta.node.num_gpus) facts.push(["GPUs", meta.node.num_gpus + " × " +
       (meta.node.gpu_name || "GPU")]);
     if (meta.complete === false) facts.push(["state", "incomplete (interrupted)", "bad"]);
@@ -181,6 +188,45 @@
           ((meta.node.energy || {}).carbon_intensity_g_per_kwh) + " g/kWh" : "") + ")" }),
         totals])])]));
 
+    // ---- multi-node runs: one row per node (summary.nodes) -----------------------------------
+    var nodes = data.nodes || [];
+    if (nodes.length) {
+      var nodeRows = summary.nodes || [];
+      var nt = el("table", { class: "summary nodes", id: "node-table" });
+      nt.appendChild(el("thead", null, [el("tr", null, ["Node", "Status", "CPUs", "CPU avg",
+        "CPU peak", "Memory peak", "Memory limit", "Read", "Written", "GPUs", "Clock offset",
+        "Rows", "Tags"].map(function (h) { return el("th", { text: h }); }))]));
+      var ntb = el("tbody");
+      nodeRows.forEach(function (n) {
+        var status = n.status || "complete";
+        ntb.appendChild(el("tr", { class: "node-row status-" + status, "data-node": n.name }, [
+          el("td", { class: "lvl", text: n.name + (n.head ? " (head)" : "") }),
+          el("td", { class: status === "complete" ? "ok" : "bad", title: n.reason || "",
+            text: status + (n.reason ? ": " + n.reason : "") }),
+          el("td", { class: "n", text: Number.isInteger(n.num_cpus) ? String(n.num_cpus) :
+            num(n.num_cpus) }),
+          el("td", { class: "n", text: n.cpu_mean_pct === null ? "–" : num(n.cpu_mean_pct) + " % (" +
+            num(n.cpu_mean_cores) + " cores)" }),
+          el("td", { class: "n", text: n.cpu_peak_pct === null ? "–" : num(n.cpu_peak_pct) + " %" }),
+          el("td", { class: "n", text: num(n.memory_peak_gib, "GiB") }),
+          el("td", { class: "n", text: num(n.memory_limit_gib, "GiB") }),
+          el("td", { class: "n", text: bytes(n.read_bytes) }),
+          el("td", { class: "n", text: bytes(n.written_bytes) }),
+          el("td", { class: "n", text: n.num_gpus ? n.num_gpus + (n.gpu_util_mean !== null ?
+            " (" + num(n.gpu_util_mean) + " %)" : "") : "–" }),
+          el("td", { class: "n", text: n.clock_offset_s === null || n.clock_offset_s === undefined ?
+            "–" : (n.clock_offset_s >= 0 ? "+" : "") + (n.clock_offset_s * 1000).toFixed(1) + " ms" }),
+          el("td", { class: "n", text: String(n.rows) }),
+          el("td", null, (n.tags || []).map(function (t) {
+            return el("span", { class: "tag tag-" + t, text: t }); })),
+        ]));
+      });
+      nt.appendChild(ntb);
+      app.appendChild(el("section", { class: "card" }, [
+        el("h2", { text: "Nodes (" + nodes.length + ", " + (summary.node_level || "") +
+          " level; job " + ((meta.multinode || {}).job || "–") + ")" }), nt]));
+    }
+
     if (data.cells && data.cells.length) {
       var ct = el("table", { class: "summary cells" });
       ct.appendChild(el("thead", null, [el("tr", null, ["Cell", "Start", "Duration", "Code"].map(
@@ -195,6 +241,22 @@
       });
       ct.appendChild(cb);
       app.appendChild(el("section", { class: "card" }, [el("h2", { text: "Notebook cells" }), ct]));
+    }
+
+    // ---- node selector (multi-node runs): switches every chart -------------------------------
+    var currentNode = "", shown = data.levels;
+    var nodeBar = null;
+    if (nodes.length) {
+      nodeBar = el("div", { class: "bar", id: "node-bar", role: "tablist" });
+      nodeBar.appendChild(el("span", { class: "bar-label", text: "Node" }));
+      [""].concat(nodes.map(function (n) { return n.name; })).forEach(function (name, i) {
+        var b = el("button", { class: "node-btn", id: "node-" + i, "data-node": name, role: "tab",
+          text: name === "" ? "Aggregate" : name,
+          title: name === "" ? "all nodes (sums; CPU over all the job's CPUs)" : "node " + name });
+        b.addEventListener("click", function () { setNode(name); });
+        nodeBar.appendChild(b);
+      });
+      app.appendChild(nodeBar);
     }
 
     // ---- level selector and charts -----------------------------------------------------------
@@ -398,10 +460,37 @@
       return Math.floor((w - (cols - 1) * 16) / cols) - 26;
     }
 
+    // Which node's levels the charts draw ("" = the aggregate); keeps the level where the node
+    // has it.
+    function setNode(name) {
+      var levels = null;
+      if (name === "") levels = data.levels;
+      nodes.forEach(function (n) { if (n.name === name) levels = n.levels; });
+      if (!levels) throw new Error("no node " + name);
+      currentNode = name;
+      shown = levels;
+      Array.prototype.forEach.call(nodeBar.querySelectorAll(".node-btn"), function (b) {
+        b.classList.toggle("active", b.getAttribute("data-node") === name);
+        b.setAttribute("aria-selected", b.getAttribute("data-node") === name ? "true" : "false");
+      });
+      var names = levels.map(function (l) { return l.level; });
+      Array.prototype.forEach.call(bar.querySelectorAll(".level-btn"), function (b) {
+        b.disabled = names.indexOf(b.getAttribute("data-level")) < 0;
+      });
+      var next = names.indexOf(current) >= 0 ? current : names[0];
+      if (next) setLevel(next);
+      else {
+        plots.forEach(function (p) { if (p.plot) p.plot.destroy(); });
+        plots = [];
+        chartsBox.textContent = "";
+        chartsBox.appendChild(el("p", { class: "note", text: "no rows from this node" }));
+      }
+    }
+
     function setLevel(name) {
       var level = null;
-      data.levels.forEach(function (l) { if (l.level === name) level = l; });
-      if (!level) throw new Error("no level " + name);
+      shown.forEach(function (l) { if (l.level === name) level = l; });
+      if (!level) throw new Error("no level " + name + (currentNode ? " on node " + currentNode : ""));
       plots.forEach(function (p) { if (p.plot) p.plot.destroy(); });
       plots = [];
       chartsBox.textContent = "";
@@ -420,7 +509,9 @@
           section = s;
           grid = el("div", { class: "grid" });
           chartsBox.appendChild(el("section", { class: "card charts-section" }, [
-            el("h2", { text: s + " · " + name + " level" }), grid]));
+            el("h2", { text: s + " · " + name + " level" + (nodes.length ? " · " +
+              (currentNode === "" ? "aggregate of " + nodes.length + " nodes" : "node " +
+                currentNode) : "") }), grid]));
         }
         var p = makeChart(level, c, x, width);
         grid.appendChild(p.card);
@@ -447,7 +538,11 @@
       }, 100);
     });
 
-    var initial = levelNames.indexOf("process") >= 0 ? "process" : levelNames[0];
+    // The aggregate opens on the job's level (slurm) when there is one: the process level of a
+    // multi-node run is the head's command only.
+    var initial = nodes.length && levelNames.indexOf("slurm") >= 0 ? "slurm" :
+      levelNames.indexOf("process") >= 0 ? "process" : levelNames[0];
+    if (nodes.length) setNode("");
     if (initial) setLevel(initial);
 
     // What the browser test reads: the drawn charts and their data at the current level.
@@ -456,6 +551,9 @@
       levels: levelNames,
       level: function () { return current; },
       setLevel: setLevel,
+      nodes: nodes.map(function (n) { return n.name; }),
+      node: function () { return currentNode; },
+      setNode: setNode,
       resetZoom: resetZoom,
       charts: function () {
         return plots.map(function (p) {

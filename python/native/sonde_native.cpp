@@ -382,10 +382,12 @@ class Monitor {
   std::vector<CollectorStatus> collectors_;
 };
 
-py::object summarize_dir(const std::string& dir, std::optional<std::pair<double, double>> window) {
+py::object summarize_dir(const std::string& dir, std::optional<std::pair<double, double>> window,
+                         const std::string& node) {
 #ifndef SONDE_HAVE_RUN_DATA
   (void)dir;
   (void)window;
+  (void)node;
   throw py::type_error("this build has no summarize_run (src/core/summary.cpp)");
 #else
   nlohmann::json result;
@@ -396,7 +398,16 @@ py::object summarize_dir(const std::string& dir, std::optional<std::pair<double,
       py::gil_scoped_acquire acquire;
       throw py::value_error(run.error().message);
     }
-    result = summarize_run(*run, window);
+    // A multi-node run's node: that node alone (its window on its own clock).
+    const RunData* which = &*run;
+    if (!node.empty() && !is_aggregate_node_name(node)) {
+      which = run->find_node(node);
+      if (!which) {
+        py::gil_scoped_acquire acquire;
+        throw py::value_error(fmt::format("{}: no node {} in this run", dir, node));
+      }
+    }
+    result = summarize_run(*which, window);
   }
   return json_to_py(result);
 #endif
@@ -434,5 +445,5 @@ PYBIND11_MODULE(_native, m) {
   m.attr("has_summarize_run") = false;
 #endif
   m.def("summarize_dir", &sonde::python::summarize_dir, py::arg("dir"),
-        py::arg("window") = py::none());
+        py::arg("window") = py::none(), py::arg("node") = "");
 }

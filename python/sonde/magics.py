@@ -3,8 +3,9 @@
     %load_ext sonde
     %perfmonitor_start [interval] [--levels process,user,system] [--config FILE]
     ... cells ...
-    %perfmonitor_perfreport [--cell RANGE] [--level LEVEL] [--text]
-    %perfmonitor_plot [--metrics cpu_summary,memory] [--cell RANGE] [--level L] [--save-jpeg F]
+    %perfmonitor_perfreport [--cell RANGE] [--level LEVEL] [--node NODE] [--text]
+    %perfmonitor_plot [--metrics cpu_summary,memory] [--cell RANGE] [--level L] [--node NODE]
+                      [--save-jpeg F]
                       [--backend plotly|matplotlib] [--live [INTERVAL [WINDOW]]]
     %perfmonitor_export_perfdata [--file F.csv|F.json] [--name VAR]   (default VAR perfdata_df)
     %perfmonitor_load_perfdata FILE                                    (pushes loaded_perfdata_df)
@@ -28,7 +29,8 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 from . import plot as plotting
 from . import report as reporting
-from .session import CellHistory, LiveData, UsageError, export_session, import_session
+from .session import (CellHistory, LiveData, UsageError, export_session, import_session,
+                      is_aggregate)
 
 DEFAULT_INTERVAL = 1.0  # JUmPER's default
 # JUmPER's names (core/state.py): the DataFrames pushed into the notebook.
@@ -64,6 +66,11 @@ def _level_arg(p):
                    help="process (default), user, slurm or system")
 
 
+def _node_arg(p):
+    p.add_argument("--node", default=None,
+                   help="a multi-node run: <Aggregated> (default) or a node's name")
+
+
 def _magic(func):
     """Runs a magic; a UsageError or ValueError becomes one line on stderr."""
 
@@ -84,11 +91,12 @@ HELP = """sonde magics (JUmPER's names; data from sonde's C++ engine)
   %perfmonitor_start [interval] [--levels L,..] [--config FILE]   start monitoring this kernel (default 1 s)
   %perfmonitor_stop                                  stop monitoring (the data stays)
   %perfmonitor_resources                             CPUs, memory and GPUs available
-  %perfmonitor_perfreport [--cell R] [--level L] [--text]   report (default: the last cell that ran
+  %perfmonitor_perfreport [--cell R] [--level L] [--node N] [--text]   report (default: the last cell that ran
                                                      at least one interval)
   %perfmonitor_enable_perfreports [--level L] [--interval S] [--text]   a report after every cell
   %perfmonitor_disable_perfreports
-  %perfmonitor_plot [--metrics M,..] [--cell R] [--level L] [--save-jpeg FILE] [--pickle FILE]
+  %perfmonitor_plot [--metrics M,..] [--cell R] [--level L] [--node N] [--save-jpeg FILE]
+                   [--pickle FILE]
                     [--backend plotly|matplotlib] [--live [INTERVAL [WINDOW]]]
                                                      without --level: the plot widget
   %perfmonitor_export_perfdata [--file F.csv|F.json] [--level L] [--name VAR]
@@ -196,8 +204,22 @@ class SondeMagics(Magics):
                              "%perfmonitor_start (or load one with %import_session PATH)")
         return self.data
 
-    def _level(self, level):
+    def _node_data(self, node):
+        """The data --node names: the whole run (None, <Aggregated>, aggregate) or one node of
+        a multi-node run."""
         data = self._need_data()
+        if is_aggregate(node):
+            return data
+        nodes = getattr(data, "nodes", None) or []
+        if not nodes:
+            raise UsageError(f"--node {node}: this session is not a multi-node run")
+        if node not in nodes:
+            raise UsageError(f"--node: '{node}' is not a node of this run (nodes: "
+                             f"{', '.join(nodes)}; or <Aggregated>)")
+        return data.node(node)
+
+    def _level(self, level, data=None):
+        data = data or self._need_data()
         levels = data.levels
         if level is None:
             return "process" if "process" in levels else levels[0]
@@ -260,9 +282,10 @@ class SondeMagics(Magics):
             return None
         return (min(c.start_wallclock for c in cells), max(c.end_wallclock for c in cells))
 
-    def summary(self, cells):
-        """summarize_run's JSON for `cells` (everything when empty): every level."""
-        data = self._need_data()
+    def summary(self, cells, data=None):
+        """summarize_run's JSON for `cells` (everything when empty): every level. `data`: a
+        node's (_node_data), else the session's."""
+        data = data or self._need_data()
         window = self._window(cells)
         try:
             summary = data.summarize_native(window, self.history.cells)
@@ -278,11 +301,11 @@ class SondeMagics(Magics):
             reporting.add_energy(summary, frames, manifest, window)
         return summary
 
-    def _show_report(self, cells, level, text):
+    def _show_report(self, cells, level, text, data=None):
         from IPython.display import HTML, display
 
-        summary = self.summary(cells)
-        title = reporting.title_of(cells, level)
+        summary = self.summary(cells, data)
+        title = reporting.title_of(cells, level, getattr(data, "node_name", None))
         if text or self.display_disabled:
             print(reporting.render_text(summary, level, title))
         else:
@@ -391,12 +414,14 @@ class SondeMagics(Magics):
         p = _parser("perfmonitor_perfreport")
         p.add_argument("--cell", default=None)
         _level_arg(p)
+        _node_arg(p)
         p.add_argument("--text", action="store_true")
         args = _parse(p, line)
-        level = self._level(args.level)
+        data = self._node_data(args.node)
+        level = self._level(args.level, data)
         cells = self._cells(args.cell) if args.cell is not None else \
             self._default_report_cells()
-        self._show_report(cells, level, args.text)
+        self._show_report(cells, level, args.text, data)
 
     @line_magic
     @_magic
@@ -433,6 +458,7 @@ class SondeMagics(Magics):
         p.add_argument("--metrics", default=None)
         p.add_argument("--cell", default=None)
         _level_arg(p)
+        _node_arg(p)
         p.add_argument("--save-jpeg", dest="save_jpeg", default=None)
         p.add_argument("--pickle", dest="pickle_file", default=None)
         p.add_argument("--backend", default=None, choices=["matplotlib", "plotly"])
@@ -441,7 +467,8 @@ class SondeMagics(Magics):
         if self.plots_disabled:
             print(f"sonde: {self.plots_disabled}")
             return
-        self._need_data()
+        data = self._node_data(args.node)
+        node = getattr(data, "node_name", None)
         if args.backend:  # as JUmPER: the choice stays for the next plots
             self.backend = args.backend
         metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] \
@@ -449,7 +476,8 @@ class SondeMagics(Magics):
         if args.live is not None:
             return self._plot_live(args, metrics)
         cells = self._cells(args.cell) if args.cell is not None else self._default_plot_cells()
-        direct = args.level is not None or metrics or args.save_jpeg or args.pickle_file
+        direct = args.level is not None or metrics or args.save_jpeg or args.pickle_file or \
+            node is not None
         if not direct:
             import importlib.util
 
@@ -457,14 +485,14 @@ class SondeMagics(Magics):
             direct = importlib.util.find_spec("ipywidgets") is None
         if not direct and cells:
             return self._plot_widget(cells, metrics)
-        level = self._level(args.level)
-        frame = self.data.frame(level)
+        level = self._level(args.level, data)
+        frame = data.frame(level)
         window = self._window(cells)
         if args.cell is None and window is not None and \
                 not len(plotting.select_rows(frame, window)):
             cells = self.history.cells  # JUmPER's default range has no samples: every cell
             window = self._window(cells)
-        title = reporting.title_of(cells, level)
+        title = reporting.title_of(cells, level, node)
         if args.save_jpeg:
             # JPEG with matplotlib whatever the backend (plotly's image export needs kaleido).
             plotting.save_jpeg(plotting.make_figure(frame, metrics, cells, level, window, title),
@@ -474,7 +502,7 @@ class SondeMagics(Magics):
             import pickle
 
             with open(args.pickle_file, "wb") as f:
-                pickle.dump({"level": level, "metrics": metrics, "frame": frame,
+                pickle.dump({"level": level, "node": node, "metrics": metrics, "frame": frame,
                              "cells": self.history.dataframe()}, f)
             print(f"sonde: plot data saved to {args.pickle_file} (a dict: level, metrics, "
                   "frame, cells; load it with pickle.load)")

@@ -251,15 +251,40 @@ def _totals_line(L):
     return ", ".join(parts)
 
 
-def title_of(cells, level):
+def title_of(cells, level, node=None):
+    where = f"{level} level" + (f", node {node}" if node else "")
     if not cells:
-        return f"sonde report: whole session, {level} level"
+        return f"sonde report: whole session, {where}"
     if len(cells) == 1:
-        return f"sonde report: cell [{cells[0].index}], {level} level"
-    return f"sonde report: cells [{cells[0].index}]..[{cells[-1].index}], {level} level"
+        return f"sonde report: cell [{cells[0].index}], {where}"
+    return f"sonde report: cells [{cells[0].index}]..[{cells[-1].index}], {where}"
 
 
 EMPTY = ("no samples in this range (shorter than the interval, or the monitor was not running)")
+
+
+def node_lines(summary):
+    """A multi-node run's aggregate: one line per node (summarize_run's `nodes`)."""
+    out = []
+    for n in summary.get("nodes") or []:
+        parts = [f"{n.get('name', '')}{' (head)' if n.get('head') else ''}",
+                 n.get("status") or "complete", f"{n.get('rows', 0)} rows"]
+        cpu = _num(n.get("cpu_mean_pct"))
+        if cpu is not None:
+            peak = _num(n.get("cpu_peak_pct"))
+            parts.append(f"CPU {cpu:.1f} % of {_num(n.get('num_cpus')) or 0:g} CPUs"
+                         + (f" (peak {peak:.0f} %)" if peak is not None else ""))
+        mem = _num(n.get("memory_peak_gib"))
+        if mem is not None:
+            lim = _num(n.get("memory_limit_gib"))
+            parts.append(f"memory peak {mem:.3f} GiB" + (f" of {lim:.1f}" if lim else ""))
+        off = _num(n.get("clock_offset_s"))
+        if off is not None:
+            parts.append(f"clock {off * 1000:+.1f} ms")
+        if n.get("reason"):
+            parts.append(n["reason"])
+        out.append(", ".join(parts))
+    return out
 
 
 def render_text(summary, level, title):
@@ -281,6 +306,10 @@ def render_text(summary, level, title):
         lines.append("energy: " + energy_line(L))
     tags = level_tags(summary, level)
     lines.append("tags: " + (", ".join(tags) if tags else "none"))
+    nodes = node_lines(summary)
+    if nodes:
+        lines.append(f"nodes ({summary.get('node_level', '')} level):")
+        lines += ["  " + n for n in nodes]
     return "\n".join(lines)
 
 
@@ -306,4 +335,8 @@ def render_html(summary, level, title):
             "<th>Min</th><th>Max</th><th>Limit</th></tr></thead><tbody>" + "".join(rows)
             + f"</tbody></table><div>totals: {e(_totals_line(L))}</div>"
             + (f"<div class='energy'>energy: {e(energy_line(L))}</div>" if energy_line(L) else "")
-            + f"<div class='tags'>tags: {tag_html}</div></div>")
+            + f"<div class='tags'>tags: {tag_html}</div>"
+            + ("<div class='nodes'>nodes:<ul>" + "".join(f"<li>{e(n)}</li>"
+                                                        for n in node_lines(summary))
+               + "</ul></div>" if summary.get("nodes") else "")
+            + "</div>")

@@ -229,15 +229,40 @@ class LiveData:
         return self.monitor.summarize(window, cells)
 
 
-class StoredData:
-    """The data of an imported session directory."""
+AGGREGATE_NAMES = ("aggregate", "<aggregated>", "aggregated", "all")
 
-    def __init__(self, directory, manifest, frames, tmpdir=None):
+
+def is_aggregate(node):
+    """Whether a --node value names a multi-node run's aggregate (JUmPER's `<Aggregated>`)."""
+    return node is None or str(node).strip().lower() in AGGREGATE_NAMES
+
+
+def node_manifest(manifest, entry, levels):
+    """One node's manifest, as sonde's readers build it (core/stored_run.hpp node_manifest)."""
+    m = {k: v for k, v in manifest.items() if k not in ("nodes", "multinode", "files", "summary")}
+    offset = float(entry.get("clock_offset_s") or 0)
+    m["host"] = entry.get("name", "")
+    m["node_info"] = entry.get("node_info") or {}
+    for k in ("start_wallclock", "end_wallclock"):
+        if isinstance(m.get(k), (int, float)):
+            m[k] = m[k] + offset
+    m["node"] = entry
+    m["levels"] = list(levels)
+    return m
+
+
+class StoredData:
+    """The data of an imported session directory (or stored run). A multi-node run also has
+    `nodes` (their names) and node(name), the data of one node."""
+
+    def __init__(self, directory, manifest, frames, tmpdir=None, nodes=None, node_name=None):
         self.directory = directory
         self._manifest = manifest
         self._frames = frames
         self._tmpdir = tmpdir  # kept alive for a .zip
-        self.source = directory
+        self._nodes = nodes or {}  # name -> (manifest entry, {level: frame})
+        self.node_name = node_name  # set on the data of one node
+        self.source = directory if node_name is None else f"{directory} node {node_name}"
 
     @property
     def levels(self):
@@ -253,10 +278,39 @@ class StoredData:
     def interval(self):
         return float(self._manifest.get("interval", 0) or 0)
 
+    @property
+    def nodes(self):
+        return list(self._nodes)
+
+    def node(self, name):
+        """The data of node `name`: its own rows, `wallclock` moved onto the head's clock (minus
+        the node's clock offset) so that cells and windows compare."""
+        entry, frames = self._nodes[name]
+        offset = float(entry.get("clock_offset_s") or 0)
+        shifted = {}
+        for level, df in frames.items():
+            df = df.copy()
+            df["wallclock"] = df["wallclock"] - offset
+            shifted[level] = df
+        manifest = node_manifest(self._manifest, entry, list(frames))
+        # On the head's clock, as the frames.
+        for k in ("start_wallclock", "end_wallclock"):
+            if isinstance(manifest.get(k), (int, float)):
+                manifest[k] = manifest[k] - offset
+        return StoredData(self.directory, manifest, shifted, self._tmpdir, None, name)
+
     def summarize_native(self, window, cells):
         from . import _native
 
-        return _native.summarize_dir(self.directory, window)
+        if self.node_name is None:
+            return _native.summarize_dir(self.directory, window)
+        # The node's rows are on its own clock in the files: the window moves there.
+        offset = float((self._manifest.get("node") or {}).get("clock_offset_s") or 0)
+        if window is not None:
+            window = (window[0] + offset, window[1] + offset)
+        # An extension without node= raises TypeError: the caller falls back to the Python
+        # summary (report.summarize_py).
+        return _native.summarize_dir(self.directory, window, self.node_name)
 
 
 def _open_new(directory, name):
@@ -396,6 +450,48 @@ def import_session(path):
         frames[level] = df.astype(float)
     if not frames:
         raise UsageError(f"{path}: no perf_<level>.csv files")
+    nodes = _read_nodes(directory, manifest, mpath)
     hpath = os.path.join(directory, "cell_history.csv")
     history = CellHistory.read_csv(hpath) if os.path.exists(hpath) else CellHistory()
-    return StoredData(directory, manifest, frames, tmp), history
+    return StoredData(directory, manifest, frames, tmp, nodes), history
+
+
+def _read_frame(fpath):
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(fpath, on_bad_lines="skip")
+    except Exception as e:  # pandas' parser errors
+        raise UsageError(f"{fpath}: cannot read ({e})") from None
+    if "wallclock" not in df.columns:
+        raise UsageError(f"{fpath}: expected a 'wallclock' column")
+    return df.astype(float)
+
+
+def _read_nodes(directory, manifest, mpath):
+    """A multi-node run's nodes (manifest `nodes`): name -> (entry, {level: frame}) from
+    nodes/<name>/perf_<level>.csv. A node that is not complete may lack its files."""
+    entries = manifest.get("nodes")
+    if entries is None:
+        return {}
+    if not isinstance(entries, list):
+        raise UsageError(f"{mpath}: `nodes`: expected a list of nodes")
+    nodes = {}
+    for e in entries:
+        name = e.get("name") if isinstance(e, dict) else None
+        if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+            raise UsageError(f"{mpath}: `nodes`: expected objects with a `name` that is a plain "
+                             f"file name, got {json.dumps(e)[:80]}")
+        complete = e.get("status", "complete") == "complete"
+        listed = e.get("columns_by_level") or {}
+        frames = {}
+        for level in ("process", "user", "slurm", "system"):
+            fpath = os.path.join(directory, "nodes", name, f"perf_{level}.csv")
+            if not os.path.isfile(fpath):
+                if level in listed and complete:
+                    raise UsageError(f"{fpath}: missing: the node {name} has the level {level} "
+                                     f"in {mpath}")
+                continue
+            frames[level] = _read_frame(fpath)
+        nodes[name] = (e, frames)
+    return nodes

@@ -227,6 +227,9 @@ int run_cli(int argc, char** argv) {
   bool report_plain = false;
   report->add_flag("--uncompressed", report_plain,
                    "embed the data as plain JSON (larger) instead of gzip + base64");
+  std::string report_node;
+  report->add_option("--node", report_node,
+                     "multi-node run: the report of one node (NAME, or aggregate)");
 
   std::string host_file;
   auto* host = app.add_subcommand("plugin-host",
@@ -244,7 +247,8 @@ int run_cli(int argc, char** argv) {
     return kExitUsage;
   }
 
-  if (*report) return write_run_report(report_run, report_out, report_charts, !report_plain);
+  if (*report)
+    return write_run_report(report_run, report_out, report_charts, !report_plain, report_node);
   for (auto* sub : {run, record})
     if (*sub && sub->get_option("--report")->count() > 0) common.report = true;
   if (common.report_file == "-") common.report_file.clear();

@@ -35,7 +35,8 @@ Result<std::vector<ChartRule>> load_chart_rules(const std::vector<std::string>& 
 }
 
 int write_run_report(const std::string& run_spec, const std::string& output,
-                     const std::vector<std::string>& chart_files, bool compress) {
+                     const std::vector<std::string>& chart_files, bool compress,
+                     const std::string& node) {
   auto rules = load_chart_rules(chart_files);
   if (!rules) {
     print_error(rules.error().message);
@@ -45,6 +46,20 @@ int write_run_report(const std::string& run_spec, const std::string& output,
   if (!run) {
     print_error(run.error().message);
     return run.error().code == Errc::parse ? kExitUsage : kExitFailure;
+  }
+  if (!node.empty() && !is_aggregate_node_name(node)) {
+    const RunData* n = run->find_node(node);
+    if (!n) {
+      std::string names;
+      for (const auto& x : run->nodes) names += (names.empty() ? "" : ", ") + x.node;
+      print_error(run->nodes.empty()
+                      ? fmt::format("--node {}: {} is not a multi-node run", node, run_spec)
+                      : fmt::format("--node {}: no such node in {} (its nodes: {}; or aggregate)",
+                                    node, run_spec, names));
+      return kExitUsage;
+    }
+    RunData one = *n;
+    run = std::move(one);
   }
   std::string out = output;
   if (out.empty()) {

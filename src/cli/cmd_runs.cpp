@@ -5,6 +5,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -94,7 +95,8 @@ int cmd_runs(const RunsOptions& o) {
              {"duration_s", end - r.start_wallclock},
              {"exit_status", r.exit_status ? nlohmann::json(*r.exit_status) : nlohmann::json()},
              {"complete", r.complete},
-             {"ticks", r.ticks}});
+             {"ticks", r.ticks},
+             {"nodes", r.nodes}});
       }
       std::cout << j.dump(2) << "\n";
       return kExitOk;
@@ -103,15 +105,15 @@ int cmd_runs(const RunsOptions& o) {
       std::cout << db << ": no runs\n";
       return kExitOk;
     }
-    std::cout << fmt::format("{:>4}  {:<19}  {:>9}  {:>6}  {:>4}  {:<8}  {}\n", "ID", "START",
-                             "DURATION", "TICKS", "EXIT", "COMPLETE", "COMMAND");
+    std::cout << fmt::format("{:>4}  {:<19}  {:>9}  {:>6}  {:>4}  {:<8}  {:>5}  {}\n", "ID",
+                             "START", "DURATION", "TICKS", "EXIT", "COMPLETE", "NODES", "COMMAND");
     for (const auto& r : *runs) {
       const double end = r.end_wallclock.value_or(r.last_wallclock.value_or(r.start_wallclock));
-      std::cout << fmt::format("{:>4}  {:<19}  {:>9}  {:>6}  {:>4}  {:<8}  {}\n", r.id,
-                               local_time(r.start_wallclock),
-                               duration_text(end - r.start_wallclock), r.ticks,
-                               r.exit_status ? std::to_string(*r.exit_status) : "-",
-                               r.complete ? "yes" : "no", command_text(r.command));
+      std::cout << fmt::format(
+          "{:>4}  {:<19}  {:>9}  {:>6}  {:>4}  {:<8}  {:>5}  {}\n", r.id,
+          local_time(r.start_wallclock), duration_text(end - r.start_wallclock), r.ticks,
+          r.exit_status ? std::to_string(*r.exit_status) : "-", r.complete ? "yes" : "no",
+          r.nodes.empty() ? std::size_t{1} : r.nodes.size(), command_text(r.command));
     }
     return kExitOk;
   }
@@ -127,14 +129,29 @@ int cmd_runs(const RunsOptions& o) {
     for (const auto& t : run->levels) ticks[std::string(level_name(t.level))] = t.rows.size();
     const nlohmann::json summary =
         run->manifest.contains("summary") ? run->manifest["summary"] : nlohmann::json();
+    // A multi-node run: per node its stored rows and figures (summarize_run's `nodes`).
+    nlohmann::json nodes = nlohmann::json::array();
+    std::string node_level;
+    if (!run->nodes.empty()) {
+      const nlohmann::json stored = summarize_run(*run);
+      node_level = stored.value("node_level", std::string());
+      for (std::size_t i = 0; i < run->nodes.size(); ++i) {
+        nlohmann::json n = stored["nodes"][i];
+        nlohmann::json nt = nlohmann::json::object();
+        for (const auto& t : run->nodes[i].levels)
+          nt[std::string(level_name(t.level))] = t.rows.size();
+        n["stored_ticks"] = nt;
+        nodes.push_back(n);
+      }
+    }
     if (o.json) {
-      std::cout << nlohmann::json{{"id", run_id},
-                                  {"source", run->source},
-                                  {"stored_ticks", ticks},
-                                  {"manifest", run->manifest},
-                                  {"summary", summary}}
-                       .dump(2)
-                << "\n";
+      nlohmann::json j{{"id", run_id},
+                       {"source", run->source},
+                       {"stored_ticks", ticks},
+                       {"manifest", run->manifest},
+                       {"summary", summary}};
+      if (!run->nodes.empty()) j["nodes"] = nodes;
+      std::cout << j.dump(2) << "\n";
       return kExitOk;
     }
     std::cout << fmt::format("run {} in {}\n", run_id, db);
@@ -144,6 +161,8 @@ int cmd_runs(const RunsOptions& o) {
     } else {
       std::cout << "  (no summary: the run has not finished, or it was killed)\n";
     }
+    if (!nodes.empty())
+      std::cout << summary_nodes_text({{"nodes", nodes}, {"node_level", node_level}});
     std::cout << "manifest:\n" << run->manifest.dump(2) << "\n";
     return kExitOk;
   }
@@ -153,10 +172,20 @@ int cmd_runs(const RunsOptions& o) {
     nlohmann::json levels = nlohmann::json::object();
     for (const auto& t : run->levels)
       levels[std::string(level_name(t.level))] = {{"columns", t.columns}, {"rows", t.rows}};
+    nlohmann::json doc{{"source", run->source}, {"manifest", run->manifest}, {"levels", levels}};
+    if (!run->nodes.empty()) {
+      // A multi-node run: {node: {LEVEL: {columns, rows}}} beside the aggregate's levels.
+      nlohmann::json nodes = nlohmann::json::object();
+      for (const auto& n : run->nodes) {
+        nlohmann::json nl = nlohmann::json::object();
+        for (const auto& t : n.levels)
+          nl[std::string(level_name(t.level))] = {{"columns", t.columns}, {"rows", t.rows}};
+        nodes[n.node] = nl;
+      }
+      doc["nodes"] = nodes;
+    }
     const std::string text =
-        nlohmann::json{{"source", run->source}, {"manifest", run->manifest}, {"levels", levels}}
-            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-        "\n";
+        doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     if (o.out.empty() || o.out == "-") {
       std::cout << text;
       return kExitOk;

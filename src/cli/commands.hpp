@@ -93,9 +93,11 @@ Result<std::vector<ChartRule>> load_chart_rules(const std::vector<std::string>& 
 /// `sonde report`: reads a stored run (read_run) and writes its HTML report to `output`
 /// (empty: RUN/report.html for a run directory, else ./report.html). `chart_files` are merged
 /// over the shipped charts; `compress`: the data gzip+base64, else plain JSON. Exit 2 for
-/// malformed input.
+/// malformed input. `node` (a multi-node run): the report of that node alone; "" or
+/// "aggregate"/"<Aggregated>": the whole run with its node selector.
 int write_run_report(const std::string& run_spec, const std::string& output,
-                     const std::vector<std::string>& chart_files, bool compress = true);
+                     const std::vector<std::string>& chart_files, bool compress = true,
+                     const std::string& node = "");
 
 int run_cli(int argc, char** argv);
 

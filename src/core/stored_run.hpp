@@ -44,11 +44,58 @@ struct RunData {
   std::vector<LevelTable> levels;  ///< in the manifest's level order
   std::vector<CellRecord> cells;   ///< empty outside Jupyter sessions
   std::string source;              ///< the directory, or "FILE.sqlite#ID"
+  /// A multi-node run (manifest `multinode` and `nodes`, docs/report.md "Multi-node runs"): the
+  /// run itself holds the aggregate levels (and the head's process level); `nodes` holds one
+  /// RunData per node, in the manifest's order, each a single-node run as far as its readers
+  /// know: its manifest is node_manifest() of the run's, its levels the node's own rows (the
+  /// node's clocks). Empty for a single-node run. An entry of `nodes` has `node` set to its name.
+  std::vector<RunData> nodes;
+  std::string node;  ///< the node's name in an entry of `nodes`; empty otherwise
+  bool multinode() const { return !nodes.empty() || manifest.contains("multinode"); }
   const LevelTable* find(Level level) const {
     for (const auto& t : levels)
       if (t.level == level) return &t;
     return nullptr;
   }
+  /// The node called `name`, or nullptr.
+  const RunData* find_node(const std::string& name) const {
+    for (const auto& n : nodes)
+      if (n.node == name) return &n;
+    return nullptr;
+  }
 };
+
+/// Whether `name` names a multi-node run's aggregate rather than a node: "aggregate",
+/// "<Aggregated>" (JUmPER's name in its node menu), "aggregated", "all" (any case).
+inline bool is_aggregate_node_name(const std::string& name) {
+  std::string l;
+  for (char c : name) l += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return l == "aggregate" || l == "<aggregated>" || l == "aggregated" || l == "all";
+}
+
+/// The manifest of one node of a multi-node run, built from the run's manifest and its entry in
+/// `nodes` ({name, head, node_info, clock_offset_s, status, reason, first_wallclock,
+/// last_wallclock, rows, columns_by_level}): the run's keys without `nodes`, `multinode`,
+/// `files` and `summary` (the head command's figures); `node_info` and `host` of the node;
+/// `start_wallclock`/`end_wallclock` moved onto the node's clock (+ clock_offset_s), so that a
+/// node's rows and the run's start compare; `node` = the entry; `levels` = `level_names`.
+inline nlohmann::json node_manifest(const nlohmann::json& run_manifest, const nlohmann::json& entry,
+                                    const std::vector<std::string>& level_names) {
+  nlohmann::json m = run_manifest.is_object() ? run_manifest : nlohmann::json::object();
+  for (const char* k : {"nodes", "multinode", "files", "summary"}) m.erase(k);
+  const std::string name = entry.value("name", std::string());
+  m["host"] = name;
+  m["node_info"] = entry.contains("node_info") && entry["node_info"].is_object()
+                       ? entry["node_info"]
+                       : nlohmann::json::object();
+  const double offset = entry.contains("clock_offset_s") && entry["clock_offset_s"].is_number()
+                            ? entry["clock_offset_s"].get<double>()
+                            : 0.0;
+  for (const char* k : {"start_wallclock", "end_wallclock"})
+    if (m.contains(k) && m[k].is_number()) m[k] = m[k].get<double>() + offset;
+  m["node"] = entry;
+  m["levels"] = level_names;
+  return m;
+}
 
 }  // namespace sonde

@@ -173,7 +173,20 @@ std::vector<std::string> bottleneck_tags(const TagInputs& in) {
   if (in.gpu_mem_peak_gib && *in.gpu_mem_peak_gib > 0 && in.gpu_util_mean_pct &&
       *in.gpu_util_mean_pct < kGpuUnused)
     tags.push_back("gpu-allocated-but-not-used");
+  if (node_imbalance(in.node_cpu)) tags.push_back("node-imbalance");
   return tags;
+}
+
+bool node_imbalance(const std::vector<TagInputs::NodeCpu>& nodes) {
+  if (nodes.size() < 2) return false;
+  std::size_t busiest = 0;
+  for (std::size_t i = 1; i < nodes.size(); ++i)
+    if (nodes[i].mean_pct > nodes[busiest].mean_pct) busiest = i;
+  const auto& b = nodes[busiest];
+  if (!(b.busy_fraction >= 0.5)) return false;
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    if (i != busiest && nodes[i].mean_pct < kNodeIdleShare * b.mean_pct) return true;
+  return false;
 }
 
 nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
@@ -295,6 +308,41 @@ std::string summary_text(const nlohmann::json& s) {
   return out;
 }
 
+namespace {
+/// One node of a multi-node run (summarize_run's `nodes` entry), one line.
+std::string node_line(const nlohmann::json& n) {
+  auto num = [&](const char* k) -> std::optional<double> {
+    return n.contains(k) && n[k].is_number() ? std::optional<double>(n[k].get<double>())
+                                             : std::nullopt;
+  };
+  std::string out = fmt::format(
+      "  {:<12} {:<9}", n.value("name", std::string()) + (n.value("head", false) ? " (head)" : ""),
+      n.value("status", std::string("complete")));
+  out += fmt::format("  {:>5} rows", n.value("rows", 0));
+  if (auto c = num("cpu_mean_cores"))
+    out += fmt::format("  CPU mean {:.2f} peak {:.2f} of {:g} cores", *c,
+                       num("cpu_peak_cores").value_or(0), num("num_cpus").value_or(0));
+  if (auto m = num("memory_peak_gib"))
+    out += num("memory_limit_gib")
+               ? fmt::format("  memory peak {:.3f} of {:.1f} GiB", *m, *num("memory_limit_gib"))
+               : fmt::format("  memory peak {:.3f} GiB", *m);
+  if (auto o = num("clock_offset_s")) out += fmt::format("  clock {:+.1f} ms", *o * 1000);
+  const std::string reason = n.value("reason", std::string());
+  if (!reason.empty()) out += "  (" + reason + ")";
+  return out + "\n";
+}
+
+}  // namespace
+
+std::string summary_nodes_text(const nlohmann::json& summary) {
+  if (!summary.contains("nodes") || !summary["nodes"].is_array() || summary["nodes"].empty())
+    return {};
+  std::string out = fmt::format("nodes ({}, figures of their {} level):\n", summary["nodes"].size(),
+                                summary.value("node_level", std::string("slurm")));
+  for (const auto& n : summary["nodes"]) out += node_line(n);
+  return out;
+}
+
 // ---- the summary of a stored run ----------------------------------------------------------------
 
 namespace {
@@ -316,6 +364,60 @@ double level_num_cpus(const nlohmann::json& node, Level level) {
     if (std::isfinite(n) && n > 0) return n;
   }
   return json_number(node, level == Level::system ? "num_system_cpus" : "num_cpus", kNaN);
+}
+
+nlohmann::json run_node_info(const RunData& run) {
+  const nlohmann::json& m = run.manifest;
+  nlohmann::json node =
+      m.contains("node_info") && m["node_info"].is_object() ? m["node_info"] : nlohmann::json();
+  if (run.nodes.empty()) return node;
+  if (!node.is_object()) node = nlohmann::json::object();
+  std::vector<Level> levels = {Level::slurm, Level::system};
+  if (m.contains("multinode") && m["multinode"].is_object() &&
+      m["multinode"].contains("aggregate_levels") &&
+      m["multinode"]["aggregate_levels"].is_array()) {
+    levels.clear();
+    for (const auto& l : m["multinode"]["aggregate_levels"])
+      if (l.is_string())
+        if (auto lv = parse_level(l.get<std::string>())) levels.push_back(*lv);
+  }
+  double gpus = 0;
+  for (const RunData& n : run.nodes) gpus += json_number(n.manifest["node_info"], "num_gpus", 0);
+  node["num_gpus"] = gpus;
+  for (Level l : levels) {
+    const std::string name(level_name(l));
+    double cpus = 0, mem = 0;
+    bool all_cpus = true, all_mem = true;
+    for (const RunData& n : run.nodes) {
+      const nlohmann::json& ni = n.manifest["node_info"];
+      const double c = level_num_cpus(ni, l);
+      if (std::isfinite(c) && c > 0)
+        cpus += c;
+      else
+        all_cpus = false;
+      const double b = ni.contains("memory_limits") && ni["memory_limits"].is_object()
+                           ? json_number(ni["memory_limits"], name.c_str(), kNaN)
+                           : kNaN;
+      if (std::isfinite(b) && b > 0)
+        mem += b;
+      else
+        all_mem = false;
+    }
+    if (!node.contains("cpus_per_level") || !node["cpus_per_level"].is_object())
+      node["cpus_per_level"] = nlohmann::json::object();
+    if (!node.contains("memory_limits") || !node["memory_limits"].is_object())
+      node["memory_limits"] = nlohmann::json::object();
+    if (all_cpus)
+      node["cpus_per_level"][name] = {{"num_cpus", cpus}};
+    else
+      node["cpus_per_level"].erase(name);
+    if (all_mem)
+      node["memory_limits"][name] = mem;
+    else
+      node["memory_limits"].erase(name);
+    if (l == Level::system && all_cpus) node["num_system_cpus"] = cpus;
+  }
+  return node;
 }
 
 namespace {
@@ -411,6 +513,11 @@ TagInputs level_tag_inputs(const LevelTable& t, const nlohmann::json& groups,
   return in;
 }
 
+std::string manifest_string(const nlohmann::json& m, const char* key) {
+  return m.is_object() && m.contains(key) && m[key].is_string() ? m[key].get<std::string>()
+                                                                : std::string();
+}
+
 nlohmann::json group_json(const ColumnStats& s, double scale, std::optional<double> limit,
                           const char* unit) {
   nlohmann::json g;
@@ -423,10 +530,94 @@ nlohmann::json group_json(const ColumnStats& s, double scale, std::optional<doub
 }
 }  // namespace
 
+nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double, double>> window);
+
+namespace {
+// The per-node part of a multi-node run's summary (summarize_run's `nodes`) and the
+// node-imbalance tag. A node's figures come from its slurm level (the job's processes on the
+// node), else its system level; a window (a notebook cell, head clock) is moved onto each node's
+// clock by its offset.
+void add_nodes_summary(nlohmann::json& j, const RunData& run,
+                       std::optional<std::pair<double, double>> window) {
+  Level level = Level::system;
+  for (const RunData& n : run.nodes)
+    if (n.find(Level::slurm)) level = Level::slurm;
+  const std::string lname(level_name(level));
+  nlohmann::json nodes = nlohmann::json::array();
+  std::vector<TagInputs::NodeCpu> cpu;
+  for (const RunData& n : run.nodes) {
+    const nlohmann::json& entry =
+        n.manifest.contains("node") ? n.manifest["node"] : nlohmann::json::object();
+    const double offset = json_number(entry, "clock_offset_s", 0);
+    std::optional<std::pair<double, double>> w;
+    if (window) w = std::make_pair(window->first + offset, window->second + offset);
+    const nlohmann::json s = summarize_run(n, w);
+    nlohmann::json N;
+    N["name"] = n.node;
+    N["head"] = entry.value("head", false);
+    N["status"] = entry.contains("status") ? entry["status"] : nlohmann::json("complete");
+    N["reason"] = manifest_string(entry, "reason");
+    N["clock_offset_s"] =
+        entry.contains("clock_offset_s") ? entry["clock_offset_s"] : nlohmann::json();
+    N["first_wallclock"] =
+        entry.contains("first_wallclock") ? entry["first_wallclock"] : nlohmann::json();
+    N["last_wallclock"] =
+        entry.contains("last_wallclock") ? entry["last_wallclock"] : nlohmann::json();
+    const LevelTable* t = n.find(level);
+    N["level"] = lname;
+    N["rows"] = t ? t->rows.size() : 0;
+    const nlohmann::json L = s["levels"].contains(lname) ? s["levels"][lname] : nlohmann::json();
+    auto group = [&](const char* g, const char* stat) -> nlohmann::json {
+      if (L.is_object() && L["groups"].contains(g)) return L["groups"][g][stat];
+      return nullptr;
+    };
+    auto total = [&](const char* key) -> nlohmann::json {
+      if (L.is_object() && L["totals"].contains(key)) return L["totals"][key];
+      return nullptr;
+    };
+    N["num_cpus"] = L.is_object() ? L["num_cpus"] : nlohmann::json();
+    N["cpu_mean_pct"] = group("cpu", "mean");
+    N["cpu_peak_pct"] = group("cpu", "max");
+    N["cpu_mean_cores"] = group("cpu_cores", "mean");
+    N["cpu_peak_cores"] = group("cpu_cores", "max");
+    N["memory_peak_gib"] = group("memory", "max");
+    N["memory_limit_gib"] = group("memory", "limit");
+    N["read_bytes"] = total("read_bytes");
+    N["written_bytes"] = total("written_bytes");
+    const nlohmann::json& ni = n.manifest["node_info"];
+    N["num_gpus"] = ni.contains("num_gpus") ? ni["num_gpus"] : nlohmann::json(0);
+    N["gpu_util_mean"] = group("gpu_util", "mean");
+    N["tags"] = L.is_object() ? L["tags"] : nlohmann::json::array();
+    nodes.push_back(N);
+    // The imbalance rule's inputs: the node's mean and how often it was busy.
+    if (t && N["cpu_mean_pct"].is_number()) {
+      const auto c = t->find("cpu_util_avg");
+      const auto [first, last] = window_rows(*t, w);
+      std::size_t busy = 0, measured = 0;
+      for (std::size_t i = first; c && i < last; ++i) {
+        const double v = t->rows[i][*c];
+        if (!std::isfinite(v)) continue;
+        ++measured;
+        if (v > kNodeBusyPct) ++busy;
+      }
+      cpu.push_back({N["cpu_mean_pct"].get<double>(),
+                     measured ? static_cast<double>(busy) / static_cast<double>(measured) : 0.0});
+    }
+  }
+  j["nodes"] = nodes;
+  j["node_level"] = lname;
+  TagInputs in;
+  in.node_cpu = cpu;
+  if (node_imbalance(in.node_cpu)) {
+    j["tags"].push_back("node-imbalance");
+    if (j["levels"].contains(lname)) j["levels"][lname]["tags"].push_back("node-imbalance");
+  }
+}
+}  // namespace
+
 nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double, double>> window) {
   const nlohmann::json& m = run.manifest;
-  const nlohmann::json node =
-      m.contains("node_info") && m["node_info"].is_object() ? m["node_info"] : nlohmann::json();
+  const nlohmann::json node = run_node_info(run);
   const double interval = json_number(m, "interval", kNaN);
   const nlohmann::json stored =
       m.contains("summary") && m["summary"].is_object() ? m["summary"] : nlohmann::json();
@@ -543,6 +734,7 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
 
   // Tags: the rules of summary_json (core/summary.cpp: bottleneck_tags) at the main level.
   j["tags"] = ML.contains("tags") ? ML["tags"] : nlohmann::json::array();
+  if (!run.nodes.empty()) add_nodes_summary(j, run, window);
   return j;
 }
 

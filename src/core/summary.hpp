@@ -61,10 +61,25 @@ struct TagInputs {
   std::optional<double> gpu_util_mean_pct;  ///< mean utilisation of the GPUs the level used
   std::optional<double> gpu_mem_peak_gib;   ///< peak memory on one GPU
   std::optional<double> gpu_memory_gib;     ///< memory of one GPU (node info)
+  /// Multi-node runs: per node, its mean cpu_util_avg (percent of its CPUs) and the fraction of
+  /// its ticks above kNodeBusyPct; empty for a single node.
+  struct NodeCpu {
+    double mean_pct = 0, busy_fraction = 0;
+  };
+  std::vector<NodeCpu> node_cpu;
 };
+/// A node is busy above this CPU utilisation (percent of its CPUs) for the node-imbalance tag.
+inline constexpr double kNodeBusyPct = 50;
+/// node-imbalance: one node idle while others are busy. The busiest node (highest mean) was
+/// above kNodeBusyPct for at least half of its ticks, and some other node's mean is below
+/// kNodeIdleShare of the busiest node's.
+inline constexpr double kNodeIdleShare = 0.25;
+/// Whether `nodes` (TagInputs::node_cpu) are imbalanced (the rule above); false for < 2 nodes.
+bool node_imbalance(const std::vector<TagInputs::NodeCpu>& nodes);
 /// The tags, in this order: cpu-bound (mean CPU >= 70 % of the available CPUs), memory-bound
 /// (peak >= 80 % of the limit), gpu-util-bound (mean >= 70 %), gpu-memory-bound (peak on one GPU
-/// >= 90 % of its memory), gpu-allocated-but-not-used (GPU memory held, mean utilisation < 10 %).
+/// >= 90 % of its memory), gpu-allocated-but-not-used (GPU memory held, mean utilisation < 10 %),
+/// node-imbalance (multi-node runs: node_imbalance of TagInputs::node_cpu).
 /// The one rule for `sonde run`'s summary, `sonde report` and the Jupyter reports.
 std::vector<std::string> bottleneck_tags(const TagInputs& in);
 
@@ -79,6 +94,13 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats, const R
 /// What 100 % CPU means at `level` in a manifest's node_info: cpus_per_level.<level>.num_cpus,
 /// else (older runs) num_system_cpus for the node and num_cpus for the other levels; NaN if none.
 double level_num_cpus(const nlohmann::json& node, Level level);
+
+/// The node_info that the figures of `run` are relative to: the manifest's, except for a
+/// multi-node run, whose aggregate levels (slurm, system: manifest multinode.aggregate_levels)
+/// count the CPUs, memory limits and GPUs of all its nodes (cpus_per_level.<level>.num_cpus and
+/// memory_limits.<level> summed where every node has them, num_gpus summed); its process and
+/// user levels stay the head node's.
+nlohmann::json run_node_info(const RunData& run);
 
 /// The summary of a stored run, or of the rows whose wallclock lies in `window` (a notebook
 /// cell): per level and per metric group (CPU, memory, GPU utilisation, GPU memory, ...) the
@@ -96,10 +118,23 @@ double level_num_cpus(const nlohmann::json& node, Level level);
 /// (GiB, limit the level's memory limit), and when gpu_* columns exist `gpu_util`, `gpu_band`
 /// (percent, limit 100), `gpu_mem` (GiB per device on average, limit one device's memory).
 /// A statistic without a measured value is null.
+///
+/// A multi-node run (RunData::nodes) adds `nodes`: per node {name, head, status, reason,
+/// clock_offset_s, rows, first_wallclock, last_wallclock, level (the node's level summarised:
+/// slurm, else system), num_cpus, cpu_mean_pct, cpu_peak_pct, cpu_mean_cores, cpu_peak_cores,
+/// memory_peak_gib, memory_limit_gib, read_bytes, written_bytes, num_gpus, gpu_util_mean, tags},
+/// `node_level` (the level the per-node figures come from) and, when node_imbalance says so, the
+/// tag node-imbalance in `tags` and in that aggregate level's `tags`.
 nlohmann::json summarize_run(const RunData& run,
                              std::optional<std::pair<double, double>> window = std::nullopt);
 
 /// The text of a summary (summary_json), for a terminal.
 std::string summary_text(const nlohmann::json& summary);
+
+/// A multi-node run's per-node lines for a terminal (summarize_run's `nodes` and `node_level`:
+/// name, status, rows, CPU mean/peak of the node's CPUs, memory peak and limit, clock offset,
+/// reason), under a heading; "" for a single node. For `sonde runs show` and the end-of-run
+/// summary of a multi-node head.
+std::string summary_nodes_text(const nlohmann::json& summary);
 
 }  // namespace sonde

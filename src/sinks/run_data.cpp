@@ -152,6 +152,75 @@ Result<std::vector<CellRecord>> read_cell_history(const std::string& s, const st
   if (!ok) return ok.error();
   return cells;
 }
+
+/// The nodes of a multi-node run (manifest `nodes`): `nodes/<name>/perf_<level>.csv` for each
+/// level the node recorded (its `columns_by_level`, else whichever of the files exist). A node
+/// that is not `complete` (an agent lost or failed before it wrote anything) may lack its files;
+/// a complete one may not.
+Result<void> read_nodes(int dir_fd, const std::string& dir, const std::string& manifest_path,
+                        RunData& run, std::uint64_t& values_left) {
+  namespace fs = std::filesystem;
+  const auto& m = run.manifest;
+  if (!m.contains("nodes")) return {};
+  if (!m["nodes"].is_array())
+    return make_error(Errc::parse, fmt::format("{}: `nodes`: expected a list of nodes (objects "
+                                               "with a `name`)",
+                                               manifest_path));
+  // Missing when no agent wrote anything (every node then says why it is not complete).
+  UniqueFd nodes_fd(::openat(dir_fd, "nodes", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  for (const auto& entry : m["nodes"]) {
+    if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() ||
+        !is_plain_name(entry["name"].get<std::string>()))
+      return make_error(Errc::parse,
+                        fmt::format("{}: `nodes`: expected objects with a `name` that is a plain "
+                                    "file name, got {}",
+                                    manifest_path, printable(entry.dump(), 80)));
+    const std::string name = entry["name"].get<std::string>();
+    if (run.find_node(name))
+      return make_error(Errc::parse, fmt::format("{}: `nodes`: node {} listed twice", manifest_path,
+                                                 printable(name, 60)));
+    const bool complete = entry.value("status", std::string("complete")) == "complete";
+    const nlohmann::json cols =
+        entry.contains("columns_by_level") && entry["columns_by_level"].is_object()
+            ? entry["columns_by_level"]
+            : nlohmann::json();
+    const std::string node_dir = (fs::path(dir) / "nodes" / name).string();
+    UniqueFd node_fd;
+    if (nodes_fd)
+      node_fd.reset(
+          ::openat(nodes_fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!node_fd && complete)
+      return make_error(Errc::parse, fmt::format("{}: missing: the node {} is listed in {}",
+                                                 node_dir, printable(name, 60), manifest_path));
+    RunData node;
+    node.node = name;
+    node.source = run.source + " node " + name;
+    std::vector<std::string> level_names;
+    for (Level l : kAllLevels) {
+      const std::string lname(level_name(l));
+      const bool listed = cols.is_object() && cols.contains(lname);
+      const std::string file = "perf_" + lname + ".csv";
+      const std::string shown = (fs::path(node_dir) / file).string();
+      struct stat st {};
+      if (!node_fd || ::fstatat(node_fd.get(), file.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (listed && complete)
+          return make_error(Errc::parse,
+                            fmt::format("{}: missing: the node {} has the level {} in {}", shown,
+                                        printable(name, 60), lname, manifest_path));
+        continue;
+      }
+      auto fd = open_regular_in(node_fd.get(), file, shown);
+      if (!fd) return fd.error();
+      auto table = read_perf_csv(fd->get(), shown, l, values_left);
+      if (!table) return table.error();
+      node.levels.push_back(std::move(*table));
+      level_names.push_back(lname);
+    }
+    node.manifest = node_manifest(m, entry, level_names);
+    run.nodes.push_back(std::move(node));
+  }
+  return {};
+}
 }  // namespace
 
 Result<RunData> read_run_dir(const std::string& dir) {
@@ -222,6 +291,8 @@ Result<RunData> read_run_dir(const std::string& dir) {
     if (!cells) return cells.error();
     run.cells = std::move(*cells);
   }
+  if (auto ok = read_nodes(dir_fd.get(), dir, manifest_path, run, values_left); !ok)
+    return ok.error();
   return run;
 }
 

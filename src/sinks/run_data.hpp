@@ -38,7 +38,8 @@ inline constexpr std::uint64_t kMaxZipInflatedBytes = 2ull << 30;
 /// file is an error naming the file and line. The run's files are plain names inside `dir`
 /// (manifest `files` naming `/etc/passwd` or `../x` is an error), regular files opened without
 /// following links, read within the bounds above; an error never quotes a file that is not a
-/// run file.
+/// run file. A multi-node run (manifest `nodes`, docs/report.md) also gets its nodes
+/// (RunData::nodes) from `nodes/<node>/perf_<level>.csv`; node names must be plain names.
 Result<RunData> read_run_dir(const std::string& dir);
 
 }  // namespace sonde

@@ -8,7 +8,8 @@
 namespace sonde {
 
 /// Writes `run` as a run directory (manifest.json + perf_<level>.csv, the layout of RunDirSink).
-/// Refuses a directory that already holds a run.
+/// Refuses a directory that already holds a run. A multi-node run is written in its layout:
+/// the aggregate as perf_<level>.csv, each node's rows as nodes/<node>/perf_<level>.csv.
 Result<void> write_run_dir(const RunData& run, const std::string& dir);
 
 }  // namespace sonde

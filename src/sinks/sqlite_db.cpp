@@ -40,25 +40,66 @@ CREATE TABLE runs (
 );
 CREATE TABLE columns (
   run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  node TEXT NOT NULL DEFAULT '',
   level TEXT NOT NULL,
   position INTEGER NOT NULL,
   name TEXT NOT NULL,
-  PRIMARY KEY (run_id, level, position)
+  PRIMARY KEY (run_id, node, level, position)
 ) WITHOUT ROWID;
 CREATE TABLE samples (
   run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  node TEXT NOT NULL DEFAULT '',
   level TEXT NOT NULL,
   tick INTEGER NOT NULL,
   time REAL NOT NULL,
   wallclock REAL NOT NULL,
   vals TEXT NOT NULL,
-  PRIMARY KEY (run_id, level, tick)
+  PRIMARY KEY (run_id, node, level, tick)
 );
 CREATE VIEW sample_values AS
-  SELECT s.run_id AS run_id, s.level AS level, s.tick AS tick, s.time AS time,
+  SELECT s.run_id AS run_id, s.node AS node, s.level AS level, s.tick AS tick, s.time AS time,
          s.wallclock AS wallclock, c.name AS name,
          json_extract(s.vals, '$[' || c.position || ']') AS value
-  FROM samples AS s JOIN columns AS c ON c.run_id = s.run_id AND c.level = s.level;
+  FROM samples AS s JOIN columns AS c
+    ON c.run_id = s.run_id AND c.node = s.node AND c.level = s.level;
+)sql";
+
+// Schema 1 (sonde before multi-node runs) to 2: `columns` and `samples` get `node` ('' for every
+// existing row), part of their primary keys; the view follows. Run inside the write lock.
+constexpr const char* kMigrate1To2 = R"sql(
+DROP VIEW sample_values;
+CREATE TABLE columns_v2 (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  node TEXT NOT NULL DEFAULT '',
+  level TEXT NOT NULL,
+  position INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  PRIMARY KEY (run_id, node, level, position)
+) WITHOUT ROWID;
+INSERT INTO columns_v2 (run_id, node, level, position, name)
+  SELECT run_id, '', level, position, name FROM columns;
+DROP TABLE columns;
+ALTER TABLE columns_v2 RENAME TO columns;
+CREATE TABLE samples_v2 (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  node TEXT NOT NULL DEFAULT '',
+  level TEXT NOT NULL,
+  tick INTEGER NOT NULL,
+  time REAL NOT NULL,
+  wallclock REAL NOT NULL,
+  vals TEXT NOT NULL,
+  PRIMARY KEY (run_id, node, level, tick)
+);
+INSERT INTO samples_v2 (run_id, node, level, tick, time, wallclock, vals)
+  SELECT run_id, '', level, tick, time, wallclock, vals FROM samples;
+DROP TABLE samples;
+ALTER TABLE samples_v2 RENAME TO samples;
+CREATE VIEW sample_values AS
+  SELECT s.run_id AS run_id, s.node AS node, s.level AS level, s.tick AS tick, s.time AS time,
+         s.wallclock AS wallclock, c.name AS name,
+         json_extract(s.vals, '$[' || c.position || ']') AS value
+  FROM samples AS s JOIN columns AS c
+    ON c.run_id = s.run_id AND c.node = s.node AND c.level = s.level;
 )sql";
 
 }  // namespace
@@ -248,6 +289,7 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::open(const std::string& path, Mode m
   std::int64_t app_id = 0, version = 0, tables = 0;
   if (auto ok = probe(app_id, version, tables); !ok) return ok.error();
   if (auto ok = check(app_id, version, tables, mode == Mode::write); !ok) return ok.error();
+  d->version_ = static_cast<int>(version);
   if (mode == Mode::read) return d;
 
   // WAL: readers and several writers share the file; a commit is one append to the WAL, which
@@ -281,6 +323,27 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::open(const std::string& path, Mode m
     }
     if (auto ok = d->exec("COMMIT"); !ok) return ok.error();
   }
+  if (version > 0 && version < kSqliteSchemaVersion) {
+    // An older sonde's database: migrated under the write lock (another sonde may be doing the
+    // same: the version is checked again inside). Its runs stay as they were, node ''.
+    if (auto ok = d->exec("BEGIN IMMEDIATE"); !ok) return ok.error();
+    auto migrated = [&]() -> Result<void> {
+      if (auto ok = probe(app_id, version, tables); !ok) return ok.error();
+      if (auto ok = check(app_id, version, tables, true); !ok) return ok.error();
+      if (version == 1)
+        if (auto ok = d->exec(kMigrate1To2); !ok) return ok.error();
+      return d->exec(fmt::format("PRAGMA user_version={}", kSqliteSchemaVersion));
+    }();
+    if (!migrated) {
+      (void)d->exec("ROLLBACK");
+      return make_error(migrated.error().code,
+                        fmt::format("{}: cannot update the database from sonde schema version {} "
+                                    "to {}: {}",
+                                    path, version, kSqliteSchemaVersion, migrated.error().message));
+    }
+    if (auto ok = d->exec("COMMIT"); !ok) return ok.error();
+  }
+  d->version_ = kSqliteSchemaVersion;
   return d;
 }
 

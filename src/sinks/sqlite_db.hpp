@@ -13,7 +13,10 @@
 namespace sonde {
 
 /// Version of the schema, in `PRAGMA user_version`. A database with a newer one is refused.
-inline constexpr int kSqliteSchemaVersion = 1;
+/// 1: one node per run; 2: `columns` and `samples` have `node` ('' = the run's own rows or a
+/// multi-node run's aggregate). A version-1 database is migrated when opened for writing and
+/// read as it is.
+inline constexpr int kSqliteSchemaVersion = 2;
 /// `PRAGMA application_id` of a sonde database ('SOND').
 inline constexpr std::int32_t kSqliteApplicationId = 0x534F4E44;
 
@@ -41,11 +44,14 @@ class SqliteDb {
   std::string error_text(const std::string& what) const;
   /// Runs SQL without results.
   Result<void> exec(const std::string& sql);
+  /// The file's schema version (after migration, for a write connection).
+  int schema_version() const { return version_; }
 
  private:
   SqliteDb() = default;
   sqlite3* db_ = nullptr;
   std::string path_;
+  int version_ = 0;
 };
 
 /// A prepared statement (RAII).

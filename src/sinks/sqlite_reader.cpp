@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -67,10 +68,18 @@ Result<std::vector<StoredRun>> list_runs_sqlite(const std::string& path) {
                         "SELECT id, host, command, start_wallclock, end_wallclock, exit_status, "
                         "interval_s, complete, ticks FROM runs ORDER BY id");
   if (!q) return q.error();
-  auto last = prepare_read(**db,
-                           "SELECT count(*), max(wallclock) FROM samples WHERE run_id = ?1 AND "
-                           "level = (SELECT level FROM columns WHERE run_id = ?1 LIMIT 1)");
+  const bool has_node = (*db)->schema_version() >= 2;
+  auto last = prepare_read(**db, has_node ? "SELECT count(*), max(wallclock) FROM samples WHERE "
+                                            "run_id = ?1 AND node = '' AND level = (SELECT level "
+                                            "FROM columns WHERE run_id = ?1 AND node = '' LIMIT 1)"
+                                          : "SELECT count(*), max(wallclock) FROM samples WHERE "
+                                            "run_id = ?1 AND level = (SELECT level FROM columns "
+                                            "WHERE run_id = ?1 LIMIT 1)");
   if (!last) return last.error();
+  auto nodes = prepare_read(**db, has_node ? "SELECT DISTINCT node FROM columns WHERE run_id = ? "
+                                             "AND node != '' ORDER BY node"
+                                           : "SELECT '' WHERE 0");
+  if (!nodes) return nodes.error();
   std::vector<StoredRun> out;
   int rc = 0;
   while ((rc = sqlite3_step(q->get())) == SQLITE_ROW) {
@@ -95,6 +104,14 @@ Result<std::vector<StoredRun>> list_runs_sqlite(const std::string& path) {
                         (*db)->error_text(fmt::format("cannot count the ticks of run {}", r.id)));
     r.ticks = static_cast<std::uint64_t>(sqlite3_column_int64(l, 0));
     r.last_wallclock = column_opt_double(l, 1);
+    sqlite3_stmt* n = nodes->get();
+    sqlite3_reset(n);
+    if (has_node) sqlite3_bind_int64(n, 1, r.id);
+    int nrc = 0;
+    while ((nrc = sqlite3_step(n)) == SQLITE_ROW) r.nodes.push_back(column_text(n, 0));
+    if (nrc != SQLITE_DONE)
+      return make_error(Errc::io,
+                        (*db)->error_text(fmt::format("cannot read the nodes of run {}", r.id)));
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return make_error(Errc::io, (*db)->error_text("cannot read the runs"));
@@ -142,18 +159,26 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
     if (!summary.is_discarded()) run.manifest["summary"] = std::move(summary);
   }
 
-  // Levels in the manifest's order; their columns from `columns`.
+  // Levels in the manifest's order; their columns from `columns`. Schema 2: per node ('' = the
+  // run's own rows, the aggregate of a multi-node run); schema 1 has no node.
+  const bool has_node = db.schema_version() >= 2;
   std::vector<Level> levels;
   if (run.manifest.contains("levels") && run.manifest["levels"].is_array())
     for (const auto& n : run.manifest["levels"])
       if (n.is_string())
         if (auto l = parse_level(n.get<std::string>())) levels.push_back(*l);
-  auto cols = prepare_read(db,
-                           "SELECT level, name FROM columns WHERE run_id = ? ORDER BY level, "
-                           "position");
+  auto cols = prepare_read(db, has_node ? "SELECT level, name, node FROM columns WHERE run_id = ? "
+                                          "ORDER BY node, level, position"
+                                        : "SELECT level, name, '' FROM columns WHERE run_id = ? "
+                                          "ORDER BY level, position");
   if (!cols) return cols.error();
   sqlite3_bind_int64(cols->get(), 1, *id);
-  std::array<std::vector<std::string>, kNumLevels> names;
+  struct NodeColumns {
+    std::array<std::vector<std::string>, kNumLevels> names;
+    std::vector<Level> levels;
+  };
+  std::map<std::string, NodeColumns> by_node;
+  by_node[""].levels = levels;
   std::size_t column_count = 0;
   int crc = 0;
   while ((crc = sqlite3_step(cols->get())) == SQLITE_ROW) {
@@ -164,54 +189,94 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
     if (++column_count > kMaxRunLineBytes)
       return make_error(Errc::parse, fmt::format("{}: run {} has more than {} columns", path, *id,
                                                  kMaxRunLineBytes));
-    names[level_index(*l)].push_back(column_text(cols->get(), 1));
-    if (std::find(levels.begin(), levels.end(), *l) == levels.end()) levels.push_back(*l);
+    NodeColumns& nc = by_node[column_text(cols->get(), 2)];
+    nc.names[level_index(*l)].push_back(column_text(cols->get(), 1));
+    if (std::find(nc.levels.begin(), nc.levels.end(), *l) == nc.levels.end())
+      nc.levels.push_back(*l);
   }
   if (crc != SQLITE_DONE) return make_error(Errc::io, db.error_text("cannot read the columns"));
 
-  auto rows = prepare_read(db,
-                           "SELECT tick, time, wallclock, vals FROM samples WHERE run_id = ? AND "
-                           "level = ? ORDER BY tick");
+  auto rows = prepare_read(db, has_node ? "SELECT tick, time, wallclock, vals FROM samples WHERE "
+                                          "run_id = ? AND level = ? AND node = ? ORDER BY tick"
+                                        : "SELECT tick, time, wallclock, vals FROM samples WHERE "
+                                          "run_id = ? AND level = ? AND ? = '' ORDER BY tick");
   if (!rows) return rows.error();
   std::vector<double> values;
   std::uint64_t values_left = kMaxRunValues;  // the bounds of a run directory (run_data.hpp)
-  for (Level l : levels) {
-    LevelTable t;
-    t.level = l;
-    t.columns = {"time", "wallclock"};
-    for (const auto& n : names[level_index(l)]) t.columns.push_back(n);
-    sqlite3_stmt* s = rows->get();
-    sqlite3_reset(s);
-    sqlite3_bind_int64(s, 1, *id);
-    const std::string_view ln = level_name(l);
-    sqlite3_bind_text(s, 2, ln.data(), static_cast<int>(ln.size()), SQLITE_STATIC);
-    int src = 0;
-    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
-      const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s, 3));
-      const std::string_view v(text ? text : "",
-                               static_cast<std::size_t>(sqlite3_column_bytes(s, 3)));
-      if (v.size() > kMaxRunLineBytes || values_left < t.columns.size())
-        return make_error(Errc::parse,
-                          fmt::format("{}: run {}, level {}, tick {}: more than sonde reads of "
-                                      "one run ({} bytes a row, {} values in all)",
-                                      path, *id, ln, sqlite3_column_int64(s, 0), kMaxRunLineBytes,
-                                      kMaxRunValues));
-      values_left -= t.columns.size();
-      if (!parse_values(v, values) || values.size() != names[level_index(l)].size())
-        return make_error(
-            Errc::parse,
-            fmt::format("{}: run {}, level {}, tick {}: expected a JSON array of {} "
-                        "numbers or nulls",
-                        path, *id, ln, sqlite3_column_int64(s, 0), names[level_index(l)].size()));
-      std::vector<double> row;
-      row.reserve(values.size() + 2);
-      row.push_back(sqlite3_column_double(s, 1));
-      row.push_back(sqlite3_column_double(s, 2));
-      row.insert(row.end(), values.begin(), values.end());
-      t.rows.push_back(std::move(row));
+  auto read_levels = [&](const std::string& node, const NodeColumns& nc,
+                         std::vector<LevelTable>& out) -> Result<void> {
+    const std::string where = node.empty() ? std::string() : ", node " + node;
+    for (Level l : nc.levels) {
+      const auto& names = nc.names[level_index(l)];
+      LevelTable t;
+      t.level = l;
+      t.columns = {"time", "wallclock"};
+      for (const auto& n : names) t.columns.push_back(n);
+      sqlite3_stmt* s = rows->get();
+      sqlite3_reset(s);
+      sqlite3_bind_int64(s, 1, *id);
+      const std::string_view ln = level_name(l);
+      sqlite3_bind_text(s, 2, ln.data(), static_cast<int>(ln.size()), SQLITE_STATIC);
+      sqlite3_bind_text(s, 3, node.data(), static_cast<int>(node.size()), SQLITE_STATIC);
+      int src = 0;
+      while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s, 3));
+        const std::string_view v(text ? text : "",
+                                 static_cast<std::size_t>(sqlite3_column_bytes(s, 3)));
+        if (v.size() > kMaxRunLineBytes || values_left < t.columns.size())
+          return make_error(Errc::parse,
+                            fmt::format("{}: run {}{}, level {}, tick {}: more than sonde reads "
+                                        "of one run ({} bytes a row, {} values in all)",
+                                        path, *id, where, ln, sqlite3_column_int64(s, 0),
+                                        kMaxRunLineBytes, kMaxRunValues));
+        values_left -= t.columns.size();
+        if (!parse_values(v, values) || values.size() != names.size())
+          return make_error(
+              Errc::parse,
+              fmt::format("{}: run {}{}, level {}, tick {}: expected a JSON array "
+                          "of {} numbers or nulls",
+                          path, *id, where, ln, sqlite3_column_int64(s, 0), names.size()));
+        std::vector<double> row;
+        row.reserve(values.size() + 2);
+        row.push_back(sqlite3_column_double(s, 1));
+        row.push_back(sqlite3_column_double(s, 2));
+        row.insert(row.end(), values.begin(), values.end());
+        t.rows.push_back(std::move(row));
+      }
+      if (src != SQLITE_DONE) return make_error(Errc::io, db.error_text("cannot read the samples"));
+      out.push_back(std::move(t));
     }
-    if (src != SQLITE_DONE) return make_error(Errc::io, db.error_text("cannot read the samples"));
-    run.levels.push_back(std::move(t));
+    return {};
+  };
+  if (auto ok = read_levels("", by_node[""], run.levels); !ok) return ok.error();
+
+  // A multi-node run: the nodes in the manifest's order (then any other node stored).
+  std::vector<std::string> order;
+  std::map<std::string, nlohmann::json> entries;
+  if (run.manifest.contains("nodes") && run.manifest["nodes"].is_array())
+    for (const auto& e : run.manifest["nodes"])
+      if (e.is_object() && e.contains("name") && e["name"].is_string() &&
+          !e["name"].get<std::string>().empty() && !entries.count(e["name"].get<std::string>())) {
+        order.push_back(e["name"].get<std::string>());
+        entries[order.back()] = e;
+      }
+  for (const auto& [name, nc] : by_node)
+    if (!name.empty() && !entries.count(name)) {
+      order.push_back(name);
+      entries[name] = {{"name", name}};
+    }
+  for (const std::string& name : order) {
+    RunData node;
+    node.node = name;
+    node.source = run.source + " node " + name;
+    const auto it = by_node.find(name);
+    std::vector<std::string> level_names;
+    if (it != by_node.end()) {
+      if (auto ok = read_levels(name, it->second, node.levels); !ok) return ok.error();
+      for (const auto& t : node.levels) level_names.emplace_back(level_name(t.level));
+    }
+    node.manifest = node_manifest(run.manifest, entries[name], level_names);
+    run.nodes.push_back(std::move(node));
   }
   return run;
 }

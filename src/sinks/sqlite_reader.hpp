@@ -23,7 +23,8 @@ struct StoredRun {
   std::optional<int> exit_status;
   double interval_s = 0;
   bool complete = false;
-  std::uint64_t ticks = 0;  ///< stored ticks
+  std::uint64_t ticks = 0;  ///< stored ticks (of the run's own rows: a multi-node run's aggregate)
+  std::vector<std::string> nodes;  ///< a multi-node run's nodes (empty for one node), sorted
 };
 
 /// SQLite's quick_check of the whole file: an error naming the file when it is damaged.
@@ -34,7 +35,9 @@ Result<void> check_sqlite_integrity(const SqliteDb& db);
 Result<std::vector<StoredRun>> list_runs_sqlite(const std::string& db);
 
 /// Reads one run (the latest when `id` is empty): its manifest (summary included once the run
-/// has finished) and every stored row. `source` is "DB#ID".
+/// has finished) and every stored row. `source` is "DB#ID". A multi-node run (schema 2, rows
+/// with a `node`) gets RunData::nodes, in the order of its manifest's `nodes`. A database of
+/// schema 1 is read as it is.
 Result<RunData> read_run_sqlite(const std::string& db, std::optional<std::int64_t> id);
 
 /// Splits "FILE.sqlite#ID" into the file and the id ("FILE.sqlite": no id). An id that is not a

@@ -55,7 +55,7 @@ Result<std::unique_ptr<SqliteSink>> SqliteSink::create(
   for (auto [sql, stmt] : {std::pair{"BEGIN IMMEDIATE", &s->begin_},
                            std::pair{"COMMIT", &s->commit_}, std::pair{"ROLLBACK", &s->rollback_},
                            std::pair{"INSERT INTO samples (run_id, level, tick, time, wallclock, "
-                                     "vals) VALUES (?, ?, ?, ?, ?, ?)",
+                                     "vals, node) VALUES (?, ?, ?, ?, ?, ?, ?)",
                                      &s->insert_},
                            std::pair{"INSERT INTO runs (host, command, mode, start_wallclock, "
                                      "interval_s, manifest) VALUES (?, ?, ?, ?, ?, ?)",
@@ -140,7 +140,7 @@ void SqliteSink::write(double time_s, double wallclock_s,
                        const std::array<std::vector<double>, kNumLevels>& rows) {
   if (failed_) return;
   for (Level l : levels_) {
-    Pending p{l, tick_, time_s, wallclock_s, {}};
+    Pending p{{}, l, tick_, time_s, wallclock_s, {}};
     append_values(p.values, rows[level_index(l)]);
     pending_.push_back(std::move(p));
   }
@@ -190,6 +190,7 @@ bool SqliteSink::flush() {
     sqlite3_bind_double(ins, 4, p.time_s);
     sqlite3_bind_double(ins, 5, p.wallclock_s);
     sqlite3_bind_text(ins, 6, p.values.data(), static_cast<int>(p.values.size()), SQLITE_STATIC);
+    sqlite3_bind_text(ins, 7, p.node.data(), static_cast<int>(p.node.size()), SQLITE_STATIC);
     if (sqlite3_step(ins) != SQLITE_DONE) {
       report_failure("cannot write a tick");
       sqlite3_reset(ins);
@@ -212,6 +213,96 @@ bool SqliteSink::flush() {
   sqlite3_reset(commit_.get());
   pending_.clear();
   return true;
+}
+
+Result<void> SqliteSink::add_node(const std::string& node,
+                                  const std::array<std::vector<std::string>, kNumLevels>& columns) {
+  if (node.empty()) return make_error(Errc::config, "SqliteSink::add_node: a node needs a name");
+  for (const auto& [key, n] : node_ticks_)
+    if (key.first == node)
+      return make_error(Errc::config, fmt::format("{}: node {} added twice to run {}", db_->path(),
+                                                  node, run_id_));
+  if (failed_) return make_error(Errc::io, fmt::format("{}: the run's writes failed", db_->path()));
+  // Rows queued before (other nodes' first rows) go first: one transaction at a time.
+  (void)flush();
+  SqliteStmt ins;
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db_->handle(),
+                         "INSERT INTO columns (run_id, node, level, position, name) VALUES (?, ?, "
+                         "?, ?, ?)",
+                         -1, &raw, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(raw);
+    return make_error(Errc::io, db_->error_text("cannot add a node"));
+  }
+  ins = SqliteStmt(raw);
+  if (sqlite3_step(begin_.get()) != SQLITE_DONE) {
+    sqlite3_reset(begin_.get());
+    return make_error(Errc::io, db_->error_text("cannot add a node"));
+  }
+  sqlite3_reset(begin_.get());
+  for (Level l : kAllLevels) {
+    const auto& cols = columns[level_index(l)];
+    if (cols.empty()) continue;
+    for (std::size_t i = 0; i < cols.size(); ++i) {
+      sqlite3_reset(raw);
+      sqlite3_bind_int64(raw, 1, run_id_);
+      bind_text(raw, 2, node);
+      sqlite3_bind_text(raw, 3, level_name(l).data(), static_cast<int>(level_name(l).size()),
+                        SQLITE_STATIC);
+      sqlite3_bind_int64(raw, 4, static_cast<sqlite3_int64>(i));
+      bind_text(raw, 5, cols[i]);
+      if (sqlite3_step(raw) != SQLITE_DONE) {
+        const Error e = make_error(Errc::io, db_->error_text("cannot add node " + node));
+        sqlite3_step(rollback_.get());
+        sqlite3_reset(rollback_.get());
+        return e;
+      }
+    }
+    node_ticks_[{node, l}] = 0;
+  }
+  if (sqlite3_step(commit_.get()) != SQLITE_DONE) {
+    const Error e = make_error(Errc::io, db_->error_text("cannot add node " + node));
+    sqlite3_reset(commit_.get());
+    sqlite3_step(rollback_.get());
+    sqlite3_reset(rollback_.get());
+    return e;
+  }
+  sqlite3_reset(commit_.get());
+  return {};
+}
+
+void SqliteSink::write_node_row(const std::string& node, Level level, double time_s,
+                                double wallclock_s, const std::vector<double>& values) {
+  if (failed_) return;
+  std::uint64_t tick = 0;
+  if (node.empty()) {
+    // The aggregate: the run's own levels, numbered apart from write()'s ticks.
+    tick = node_ticks_[{node, level}]++;
+  } else {
+    const auto it = node_ticks_.find({node, level});
+    if (it == node_ticks_.end()) {
+      std::cerr << fmt::format(
+          "sonde: warning: {}: a row of node {} at level {} before add_node; dropped\n",
+          db_->path(), node, level_name(level));
+      return;
+    }
+    tick = it->second++;
+  }
+  Pending p{node, level, tick, time_s, wallclock_s, {}};
+  append_values(p.values, values);
+  pending_.push_back(std::move(p));
+  if (pending_.size() > 1000000) {
+    std::cerr << fmt::format(
+        "sonde: error: {}: {} rows could not be written (the file is locked by another "
+        "process); no more rows are written, the program keeps running\n",
+        db_->path(), pending_.size());
+    failed_ = true;
+    pending_.clear();
+  }
+}
+
+void SqliteSink::end_tick() {
+  flush();
 }
 
 void SqliteSink::store_manifest() {

@@ -140,15 +140,34 @@ Result<RunData> read_run_zip(const std::string& zip) {
   std::uint64_t inflated = 0;
   std::vector<char> chunk(1 << 16);
   for (const Entry& en : files) {
-    if (en.name.rfind(run_prefix, 0) != 0 ||
-        en.name.find('/', run_prefix.size()) != std::string::npos)
-      continue;
+    if (en.name.rfind(run_prefix, 0) != 0) continue;
+    // The run's own files, and a multi-node run's `nodes/<node>/perf_<level>.csv`.
+    std::string rel = en.name.substr(run_prefix.size());
+    int target_fd = dir_fd.get();
+    UniqueFd node_fd;
+    if (rel.find('/') != std::string::npos) {
+      const auto first = rel.find('/'), second = rel.find('/', first + 1);
+      if (rel.compare(0, first, "nodes") != 0 || second == std::string::npos ||
+          rel.find('/', second + 1) != std::string::npos)
+        continue;
+      const std::string node = rel.substr(first + 1, second - first - 1);
+      if (!is_plain_name(node) || rel.compare(second + 1, 5, "perf_") != 0) continue;
+      ::mkdirat(dir_fd.get(), "nodes", 0700);
+      UniqueFd nodes_fd(
+          ::openat(dir_fd.get(), "nodes", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!nodes_fd) return bad("cannot extract " + en.name);
+      ::mkdirat(nodes_fd.get(), node.c_str(), 0700);
+      node_fd.reset(
+          ::openat(nodes_fd.get(), node.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!node_fd) return bad("cannot extract " + en.name);
+      target_fd = node_fd.get();
+      rel = rel.substr(second + 1);
+    }
     const std::size_t l = en.local;
     if (l + 30 > b.size() || le32(b, l) != 0x04034b50) return bad("corrupt entry " + en.name);
     const std::size_t start = l + 30 + le16(b, l + 26) + le16(b, l + 28);
     if (start + en.csize > b.size()) return bad("truncated entry " + en.name);
-    const std::string base = en.name.substr(run_prefix.size());
-    auto out = create_file_in(dir_fd.get(), base, zip + ":" + en.name);
+    auto out = create_file_in(target_fd, rel, zip + ":" + en.name);
     if (!out) return bad("cannot extract " + en.name + ": " + out.error().message);
     auto put = [&](const char* bytes, std::size_t n) -> Result<void> {
       inflated += n;
@@ -210,6 +229,7 @@ Result<RunData> read_run_zip(const std::string& zip) {
     return e;
   }
   run->source = zip;
+  for (auto& n : run->nodes) n.source = zip + " node " + n.node;
   return run;
 }
 

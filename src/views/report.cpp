@@ -176,53 +176,13 @@ nlohmann::json level_energy(const LevelTable& t, const nlohmann::json& node) {
   j["co2_g"] = std::isfinite(intensity) ? nlohmann::json(total / 3.6e6 * intensity) : nullptr;
   return j;
 }
-}  // namespace
 
-std::string report_data_json(const RunData& run, const ReportOptions& options) {
-  const nlohmann::json& m = run.manifest;
-  const nlohmann::json node =
-      m.contains("node_info") && m["node_info"].is_object() ? m["node_info"] : nlohmann::json();
-  // Time origin: the start of the run, else the first row.
-  double t0 = json_number(m, "start_wallclock");
-  if (!std::isfinite(t0)) {
-    t0 = std::numeric_limits<double>::infinity();
-    for (const auto& t : run.levels)
-      if (!t.rows.empty()) t0 = std::min(t0, t.rows.front()[1]);
-    if (!std::isfinite(t0)) t0 = 0;
-  }
-  nlohmann::json meta;
-  meta["command"] = m.contains("command") ? m["command"] : nlohmann::json::array();
-  meta["exit_status"] = m.contains("exit_status") ? m["exit_status"] : nlohmann::json();
-  meta["host"] = m.value("host", std::string());
-  meta["mode"] = m.value("mode", std::string());
-  meta["interval"] = m.contains("interval") ? m["interval"] : nlohmann::json();
-  meta["start_wallclock"] = t0;
-  meta["end_wallclock"] = m.contains("end_wallclock") ? m["end_wallclock"] : nlohmann::json();
-  meta["complete"] = m.contains("complete") ? m["complete"] : nlohmann::json();
-  meta["sonde_version"] = m.value("sonde_version", std::string());
-  meta["source"] = run.source;
-  meta["node"] = node;
-  nlohmann::json energy = nlohmann::json::object();
-  for (const LevelTable& t : run.levels)
-    if (auto e = level_energy(t, node); !e.is_null()) energy[std::string(level_name(t.level))] = e;
-  meta["energy"] = energy;
+/// The `levels` list of the page's data: per level its limits, resolved charts, times (seconds
+/// since `t0`) and columns.
+void append_levels(std::string& out, const RunData& run, const nlohmann::json& node, double t0,
+                   const ReportOptions& options) {
   const auto domains = energy_domains(node, "domains");
-  nlohmann::json cells = nlohmann::json::array();
-  for (const auto& c : run.cells)
-    cells.push_back({{"index", c.index},
-                     {"start", c.start_wallclock - t0},
-                     {"end", c.end_wallclock - t0},
-                     {"code", c.code}});
-
-  std::string out;
-  out.reserve(1 << 20);
-  out += "{\"meta\":";
-  out += meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  out += ",\"summary\":";
-  out += summarize_run(run).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  out += ",\"cells\":";
-  out += cells.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  out += ",\"levels\":[";
+  out += '[';
   bool first_level = true;
   for (const LevelTable& t : run.levels) {
     if (!first_level) out += ',';
@@ -260,7 +220,78 @@ std::string report_data_json(const RunData& run, const ReportOptions& options) {
     }
     out += "}}";
   }
-  out += "]}";
+  out += ']';
+}
+}  // namespace
+
+std::string report_data_json(const RunData& run, const ReportOptions& options) {
+  const nlohmann::json& m = run.manifest;
+  const nlohmann::json node = run_node_info(run);
+  // Time origin: the start of the run, else the first row.
+  double t0 = json_number(m, "start_wallclock");
+  if (!std::isfinite(t0)) {
+    t0 = std::numeric_limits<double>::infinity();
+    for (const auto& t : run.levels)
+      if (!t.rows.empty()) t0 = std::min(t0, t.rows.front()[1]);
+    if (!std::isfinite(t0)) t0 = 0;
+  }
+  nlohmann::json meta;
+  meta["command"] = m.contains("command") ? m["command"] : nlohmann::json::array();
+  meta["exit_status"] = m.contains("exit_status") ? m["exit_status"] : nlohmann::json();
+  meta["host"] = m.value("host", std::string());
+  meta["mode"] = m.value("mode", std::string());
+  meta["interval"] = m.contains("interval") ? m["interval"] : nlohmann::json();
+  meta["start_wallclock"] = t0;
+  meta["end_wallclock"] = m.contains("end_wallclock") ? m["end_wallclock"] : nlohmann::json();
+  meta["complete"] = m.contains("complete") ? m["complete"] : nlohmann::json();
+  meta["sonde_version"] = m.value("sonde_version", std::string());
+  meta["source"] = run.source;
+  meta["node"] = node;
+  nlohmann::json energy = nlohmann::json::object();
+  for (const LevelTable& t : run.levels)
+    if (auto e = level_energy(t, node); !e.is_null()) energy[std::string(level_name(t.level))] = e;
+  meta["energy"] = energy;
+  if (m.contains("multinode")) meta["multinode"] = m["multinode"];
+  nlohmann::json cells = nlohmann::json::array();
+  for (const auto& c : run.cells)
+    cells.push_back({{"index", c.index},
+                     {"start", c.start_wallclock - t0},
+                     {"end", c.end_wallclock - t0},
+                     {"code", c.code}});
+
+  std::string out;
+  out.reserve(1 << 20);
+  out += "{\"meta\":";
+  out += meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out += ",\"summary\":";
+  out += summarize_run(run).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out += ",\"cells\":";
+  out += cells.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out += ",\"levels\":";
+  append_levels(out, run, node, t0, options);
+  if (!run.nodes.empty()) {
+    // A multi-node run: each node's own levels, on its own clock moved onto the head's
+    // (node_manifest: the node's start_wallclock includes its clock offset).
+    out += ",\"nodes\":[";
+    for (std::size_t i = 0; i < run.nodes.size(); ++i) {
+      const RunData& n = run.nodes[i];
+      if (i) out += ',';
+      const nlohmann::json& nm = n.manifest;
+      const nlohmann::json ni = nm.contains("node_info") && nm["node_info"].is_object()
+                                    ? nm["node_info"]
+                                    : nlohmann::json::object();
+      const double offset = nm.contains("node") ? json_number(nm["node"], "clock_offset_s") : 0;
+      out += "{\"name\":";
+      out += nlohmann::json(n.node).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      out += ",\"node\":";
+      out += ni.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      out += ",\"levels\":";
+      append_levels(out, n, ni, t0 + (std::isfinite(offset) ? offset : 0), options);
+      out += '}';
+    }
+    out += ']';
+  }
+  out += '}';
   return script_safe(out);
 }
 

@@ -265,3 +265,92 @@ def test_gpu_and_plugin_columns(tmp_path, driver):
     again = {c["name"]: c for c in driver.execute_script("return window.sondeReport.charts()")}
     assert again == charts
     assert not [l for l in driver.get_log("browser") if l["level"] == "SEVERE"]
+
+
+def test_multinode_node_selector(tmp_path, driver):
+    """A multi-node run (tests/fixtures/make_multinode_run.py: n1 burns 2 CPUs, n2 holds
+    0.5 GiB, n3 idles and is lost after 6 ticks): the node selector switches every chart, the
+    per-node table and the node-imbalance tag are there."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    source = pathlib.Path(__file__).resolve().parents[1]
+    run = tmp_path / "job"
+    subprocess.run(["/usr/bin/python3", str(source / "fixtures" / "make_multinode_run.py"),
+                    str(run), "--ticks", "40", "--lose", "n3", "--lost-after", "25"], check=True)
+    out = tmp_path / "job.html"
+    proc = subprocess.run([SONDE, "report", str(run), "-o", str(out)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    url = out.resolve().as_uri()
+    driver.get("about:blank")
+    network_requests(driver)
+    driver.get(url)
+    WebDriverWait(driver, 20).until(
+        lambda d: d.execute_script("return !!(window.sondeReport && window.sondeReport.ready)"))
+    assert not [l for l in driver.get_log("browser") if l["level"] == "SEVERE"]
+    assert driver.execute_script("return window.sondeReport.errors") == []
+    assert driver.execute_script("return window.sondeReport.nodes") == ["n1", "n2", "n3"]
+    assert driver.execute_script("return window.sondeReport.node()") == ""
+    assert driver.execute_script("return window.sondeReport.level()") == "slurm"
+    assert "node-imbalance" in driver.find_element(By.ID, "tags").text
+
+    table = driver.find_element(By.ID, "node-table").text
+    for needle in ("n1 (head)", "n2", "n3", "lost", "complete", "+1.2 ms", "-250.0 ms"):
+        assert needle in table, (needle, table)
+
+    def drawn():
+        charts = {c["name"]: c for c in driver.execute_script("return window.sondeReport.charts()")}
+        pixels = {p["name"]: p for p in driver.execute_script(CANVAS_PIXELS_JS)}
+        for name, c in charts.items():
+            if c["drawn"]:
+                assert pixels[name]["colored"] > 50, ("chart drew no data", pixels[name])
+        return charts, pixels
+
+    agg, agg_px = drawn()
+    assert agg["cpu_summary"]["drawn"] and agg["memory"]["drawn"]
+    full_page_screenshot(driver, OUT / "report_multinode_aggregate.png")
+
+    # n1: its CPU is near 100 %, per-CPU charts appear (per-device columns are per node only).
+    driver.find_element(By.CSS_SELECTOR, "#node-bar .node-btn[data-node='n1']").click()
+    assert driver.execute_script("return window.sondeReport.node()") == "n1"
+    assert driver.execute_script("return window.sondeReport.level()") == "slurm"
+    n1, n1_px = drawn()
+    assert n1["cpu_summary"]["sum"] != agg["cpu_summary"]["sum"]
+    assert n1_px["cpu_summary"]["hash"] != agg_px["cpu_summary"]["hash"]
+    assert n1["memory"]["sum"] < agg["memory"]["sum"]
+    assert n1["cpu_cores"]["drawn"]
+    assert "cpu_cores" not in agg or not agg["cpu_cores"]["drawn"]
+    # The aggregate's own charts: the spread over the nodes and how many nodes a row covers.
+    assert agg["cpu_nodes"]["drawn"] and agg["nodes"]["drawn"], sorted(agg)
+    assert "cpu_nodes" not in n1 and "nodes" not in n1
+    heading = driver.find_element(By.CSS_SELECTOR, "#charts h2").text
+    assert "node n1" in heading, heading
+    full_page_screenshot(driver, OUT / "report_multinode_n1.png")
+
+    # n3 (lost): fewer points than n1; switching the level keeps the node.
+    driver.find_element(By.CSS_SELECTOR, "#node-bar .node-btn[data-node='n3']").click()
+    n3, _ = drawn()
+    assert n3["memory"]["points"] < n1["memory"]["points"]
+    driver.find_element(By.ID, "level-system").click()
+    assert driver.execute_script("return window.sondeReport.node()") == "n3"
+    n3sys, _ = drawn()
+    assert n3sys["memory"]["sum"] > n3["memory"]["sum"]  # the node holds more than the job
+
+    # Back to the aggregate: the same data as at first.
+    driver.find_element(By.CSS_SELECTOR, "#node-bar .node-btn[data-node='']").click()
+    driver.find_element(By.ID, "level-slurm").click()
+    again, _ = drawn()
+    assert again["cpu_summary"]["sum"] == agg["cpu_summary"]["sum"]
+    assert not [l for l in driver.get_log("browser") if l["level"] == "SEVERE"]
+    assert not [u for u in network_requests(driver) if u != url and not u.startswith("data:")]
+
+    # --node n2: the report of one node, no selector.
+    one = tmp_path / "n2.html"
+    proc = subprocess.run([SONDE, "report", str(run), "--node", "n2", "-o", str(one)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    driver.get(one.resolve().as_uri())
+    WebDriverWait(driver, 20).until(
+        lambda d: d.execute_script("return !!(window.sondeReport && window.sondeReport.ready)"))
+    assert driver.execute_script("return window.sondeReport.nodes") == []
+    assert not driver.find_elements(By.ID, "node-bar")
+    assert "n2" in driver.find_element(By.CSS_SELECTOR, "header.top").text
