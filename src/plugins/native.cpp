@@ -3,6 +3,7 @@
 // engine's watchdog (core/watchdog.hpp: deadline per call, no hand-off per call), or in a child
 // process with isolate: true.
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -232,6 +234,9 @@ class DlHandle {
   DlHandle& operator=(const DlHandle&) = delete;
   void* get() const { return h_; }
   void* release() { return std::exchange(h_, nullptr); }
+  void reset() {
+    if (h_ != nullptr) ::dlclose(std::exchange(h_, nullptr));
+  }
 
  private:
   void* h_;
@@ -306,6 +311,15 @@ Result<std::shared_ptr<Library>> load_library(const std::string& path) {
   auto opened = open_trusted(path);
   if (!opened) return opened.error();
   UniqueFd fd(*opened);
+  // Files refused earlier that stayed resident (below), by identity: refused again without a
+  // dlopen, which would only alias the resident copy under one more name.
+  static std::map<std::pair<dev_t, ino_t>, Error> refused_resident;
+  struct stat st {};
+  const bool identified = ::fstat(fd.get(), &st) == 0;
+  if (identified) {
+    if (auto it = refused_resident.find({st.st_dev, st.st_ino}); it != refused_resident.end())
+      return it->second;
+  }
   // Load the file that was checked, not whatever the path names a moment later.
   const std::string by_fd = fmt::format("/proc/self/fd/{}", fd.get());
   ::dlerror();
@@ -318,7 +332,19 @@ Result<std::shared_ptr<Library>> load_library(const std::string& path) {
   auto lib = std::make_shared<Library>();
   lib->handle = handle.get();
   lib->path = path;
-  if (auto ok = check_plugin(*lib); !ok) return ok.error();  // handle and fd closed
+  if (auto ok = check_plugin(*lib); !ok) {
+    handle.reset();
+    // dlclose does not always unload (a C++ library with unique symbols stays resident), and
+    // glibc would then answer a later dlopen of the same /proc/self/fd/N name with this library.
+    // Such a file keeps its descriptor, so that its name is never reused.
+    if (void* resident = ::dlopen(by_fd.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
+      ::dlclose(resident);
+      static std::vector<UniqueFd> pinned;
+      pinned.push_back(std::move(fd));
+      if (identified) refused_resident.emplace(std::make_pair(st.st_dev, st.st_ino), ok.error());
+    }
+    return ok.error();  // fd closed unless pinned
+  }
   lib->handle = handle.release();
   lib->fd = std::move(fd);
   loaded.emplace(path, lib);
