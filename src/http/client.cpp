@@ -91,6 +91,7 @@ Result<std::unique_ptr<Client>> Client::create(const std::string& base_url,
   cli.set_read_timeout(sec, usec);
   cli.set_write_timeout(sec, usec);
   cli.set_keep_alive(true);
+  cli.set_tcp_nodelay(true);  // the body is a second write: no Nagle delay before it
   cli.set_follow_location(false);
   if (!options.user.empty()) cli.set_basic_auth(options.user, options.password);
   if (!options.token.empty()) cli.set_bearer_token_auth(options.token);
