@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -81,16 +82,20 @@ def main():
             runs = []
             for _ in range(a.reps):
                 c0 = proc_cpu_s(p.proc.pid)
+                u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 w0 = time.time()
                 r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
                 wall = time.time() - w0
                 cpu = proc_cpu_s(p.proc.pid) - c0
+                u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                sonde_cpu = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
                 if r.returncode != 0:
                     sys.exit(f"{name} failed: {r.stderr[-2000:]}")
                 m = re.search(r"(\d+) Prometheus requests, (\d+) bytes, (\d+) samples, "
-                              r"([\d.]+) s", r.stderr)
+                              r"([\d.]+) s(?: \(parsing the answers ([\d.]+) s\))?", r.stderr)
                 runs.append({"requests": int(m[1]), "bytes": int(m[2]), "samples": int(m[3]),
-                             "request_s": float(m[4]), "wall_s": wall,
+                             "request_s": float(m[4]), "parse_s": float(m[5] or "nan"),
+                             "wall_s": wall, "sonde_cpu_s": sonde_cpu,
                              "prometheus_cpu_s": cpu})
             med = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
             med["min_wall_s"] = min(x["wall_s"] for x in runs)
@@ -106,13 +111,15 @@ def main():
     print(f"{a.nodes} nodes, {a.duration:.0f} s job scraped every {a.interval:g} s, "
           f"{a.cpus_per_node} CPUs per node (OpenMetrics {om_bytes / 1e6:.0f} MB, promtool "
           f"{promtool_s:.0f} s)\n")
-    print("| command | requests | bytes | samples | in requests | wall (min–max) | "
-          "Prometheus CPU |")
-    print("|---|---|---|---|---|---|---|")
+    print("| command | requests | bytes | samples | in requests | parsing | wall (min–max) | "
+          "sonde CPU | Prometheus CPU |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, m in results["commands"].items():
         print(f"| `{name}` | {m['requests']:.0f} | {m['bytes'] / 1e6:.1f} MB | "
-              f"{m['samples']:,.0f} | {m['request_s']:.2f} s | {m['wall_s']:.2f} s "
-              f"({m['min_wall_s']:.2f}–{m['max_wall_s']:.2f}) | {m['prometheus_cpu_s']:.2f} s |")
+              f"{m['samples']:,.0f} | {m['request_s']:.2f} s | {m['parse_s']:.2f} s | "
+              f"{m['wall_s']:.2f} s "
+              f"({m['min_wall_s']:.2f}–{m['max_wall_s']:.2f}) | {m['sonde_cpu_s']:.2f} s | "
+              f"{m['prometheus_cpu_s']:.2f} s |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

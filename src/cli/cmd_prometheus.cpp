@@ -130,8 +130,10 @@ std::optional<prom::JobWindow> find(prom::Api& api, const PrometheusOptions& o, 
 
 void print_costs(const prom::Api& api) {
   const auto& s = api.stats();
-  std::cerr << fmt::format("sonde: {} Prometheus requests, {} bytes, {} samples, {:.3f} s\n",
-                           s.requests, s.bytes, s.samples, s.wall_s);
+  std::cerr << fmt::format(
+      "sonde: {} Prometheus requests, {} bytes, {} samples, {:.3f} s "
+      "(parsing the answers {:.3f} s)\n",
+      s.requests, s.bytes, s.samples, s.wall_s, s.parse_s);
 }
 
 }  // namespace

@@ -201,8 +201,10 @@ Result<std::string> Api::call(const std::string& path,
 Result<std::vector<Series>> Api::query(const std::string& promql, double time) {
   auto body = call("/api/v1/query", {{"query", promql}, {"time", api_time(time)}}, promql);
   if (!body) return body.error();
+  const auto t0 = std::chrono::steady_clock::now();
   auto r = parse_query_response(
       *body, fmt::format("{} ({})", client_->url("/api/v1/query"), clip(promql)));
+  stats_.parse_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (r)
     for (const auto& s : *r) stats_.samples += s.samples.size();
   return r;
@@ -217,8 +219,10 @@ Result<std::vector<Series>> Api::query_range(const std::string& promql, double s
                     {"step", fmt::format("{:.3f}", step)}},
                    promql);
   if (!body) return body.error();
+  const auto t0 = std::chrono::steady_clock::now();
   auto r = parse_query_response(
       *body, fmt::format("{} ({})", client_->url("/api/v1/query_range"), clip(promql)));
+  stats_.parse_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (r)
     for (const auto& s : *r) stats_.samples += s.samples.size();
   return r;

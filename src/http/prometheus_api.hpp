@@ -56,7 +56,8 @@ struct ApiStats {
   std::uint64_t requests = 0;
   std::uint64_t bytes = 0;  ///< response bodies (after any content decoding)
   std::uint64_t samples = 0;
-  double wall_s = 0;
+  double wall_s = 0;   ///< in requests (sending, Prometheus' work, receiving)
+  double parse_s = 0;  ///< parsing the answers
 };
 
 class Api {

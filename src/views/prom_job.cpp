@@ -753,24 +753,33 @@ Result<void> write_job_run(Api& api, const JobWindow& w, const std::string& dir,
         if (!per_device && std::find(names.begin(), names.end(), c.name) == names.end())
           names.push_back(c.name);
       }
+    // The nodes' tables of this level, looked up once (not per row).
+    std::vector<NodeTable*> node_tables;
+    for (const auto& n : w.nodes) node_tables.push_back(&tables[level][n.instance]);
     std::vector<Column> cols;
     for (const auto& name : names) {
       std::vector<double> v(a.n, kNaN);
       const bool weighted = name == "cpu_util_avg" || name == "gpu_util_avg";
       const bool is_min = name.ends_with("_min"), is_max = name.ends_with("_max");
+      std::vector<const std::vector<double>*> node_cols;
+      std::vector<double> weights;
+      for (std::size_t i = 0; i < w.nodes.size(); ++i) {
+        node_cols.push_back(node_tables[i]->find(name));
+        const auto& n = w.nodes[i];
+        double wt = name == "gpu_util_avg" ? gpu_counts[level][n.instance]
+                    : level == "slurm"     ? n.cpus
+                                           : n.node_cpus;
+        weights.push_back(wt > 0 ? wt : 1);
+      }
       for (std::size_t k = 0; k < a.n; ++k) {
         double acc = 0, wsum = 0;
         bool any = false;
-        for (const auto& n : w.nodes) {
-          auto* c = tables[level][n.instance].find(name);
+        for (std::size_t i = 0; i < node_cols.size(); ++i) {
+          const auto* c = node_cols[i];
           if (!c || !std::isfinite((*c)[k])) continue;
           const double x = (*c)[k];
           if (weighted) {
-            double wt = name == "gpu_util_avg" ? gpu_counts[level][n.instance]
-                        : level == "slurm"     ? n.cpus
-                                               : n.node_cpus;
-            if (!(wt > 0)) wt = 1;
-            acc += x * wt, wsum += wt;
+            acc += x * weights[i], wsum += weights[i];
           } else if (is_min) {
             acc = any ? std::min(acc, x) : x;
           } else if (is_max) {
@@ -787,8 +796,8 @@ Result<void> write_job_run(Api& api, const JobWindow& w, const std::string& dir,
     std::vector<double> nmin(a.n, kNaN), nmax(a.n, kNaN), count(a.n, kNaN);
     for (std::size_t k = 0; k < a.n; ++k) {
       int c = 0;
-      for (const auto& n : w.nodes) {
-        auto& t = tables[level][n.instance];
+      for (auto* tp : node_tables) {
+        auto& t = *tp;
         bool any = false;
         for (const auto& col : t.cols) any = any || std::isfinite(col.v[k]);
         if (any) ++c;
