@@ -36,16 +36,23 @@ RUNNER = textwrap.dedent("""
     out, args = sys.argv[1], sys.argv[2:]
     env = dict(os.environ, SLURM_JOB_ID=os.environ["JOB"], SLURM_CPUS_ON_NODE="1",
                SLURM_MEM_PER_NODE="1024")
+    start = time.time()
     p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, text=True)
     rss = 0
     if args[1] == "hold":
         p.stdout.readline()  # "ready": the memory is touched
         with open(f"/proc/{p.pid}/statm") as f:
             rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    # Exited but not reaped: its CPU time stays in /proc/<pid>/stat (a zombie), so the
+    # exporter's counter and Prometheus get its last second too; then reap it.
+    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+    end = time.time() + 3
+    time.sleep(3)
     p.wait()
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(out, "w") as f:
-        json.dump({"cpu_s": r.ru_utime + r.ru_stime, "rss": rss, "end": time.time()}, f)
+        json.dump({"cpu_s": r.ru_utime + r.ru_stime, "rss": rss, "start": start,
+                   "end": end}, f)
 """)
 
 
@@ -100,6 +107,7 @@ def cluster():
                                    scrape_configs=f"  - job_name: sonde\n"
                                                   f"    static_configs:\n"
                                                   f"      - targets: [{targets}]\n")
+        scraping_from = time.time()
         # The job ends after SECONDS (+ start-up); then two more scrapes.
         for name in nodes:
             path = f"{tmp}/{name}.json"
@@ -109,7 +117,8 @@ def cluster():
             assert os.path.exists(path), open(f"{tmp}/{name}.err").read()
         time.sleep(3)
         truth = {n: json.load(open(f"{tmp}/{n}.json")) for n in nodes}
-        yield {"prom": prom, "truth": truth, "ports": ports, "tmp": tmp}
+        yield {"prom": prom, "truth": truth, "ports": ports, "tmp": tmp,
+               "scraping_from": scraping_from}
         prom.close()
     finally:
         for p in procs:
@@ -134,12 +143,19 @@ def test_jobstats_against_the_ground_truth(cluster):
     # CPU: the burner's rusage, ±3 %; the other two used next to nothing.
     assert abs(a["cpu_seconds"] - truth["nA"]["cpu_s"]) <= 0.03 * truth["nA"]["cpu_s"], (a, truth)
     assert b["cpu_seconds"] < 1 and c["cpu_seconds"] < 0.5, (b, c)
-    assert a["cpus"] == 1 and 0.85 <= a["cpu_efficiency"] <= 1.02, a
-    assert "cpu-bound" in a["tags"], a
+    # Efficiency: its CPU seconds over 1 CPU × the job's elapsed time, which is the time its
+    # processes existed (start-up, the burn, the 3 s kept as zombies) within two scrapes. On a
+    # busy machine the burner gets less than its core: the tag follows the efficiency.
+    assert a["cpus"] == 1, a
+    assert abs(a["cpu_efficiency"] - a["cpu_seconds"] / s["elapsed_s"]) < 1e-9, (a, s)
+    # (Prometheus starts scraping after the job's processes started: from its first scrape.)
+    lived = max(t["end"] for t in truth.values()) - max(
+        min(t["start"] for t in truth.values()), cluster["scraping_from"])
+    assert abs(s["elapsed_s"] - lived) <= 1.5 + 2 * s["scrape_interval_s"], (s, lived)
+    assert ("cpu-bound" in a["tags"]) == (a["cpu_efficiency"] >= 0.7), a
     # Memory: the holder's resident size from statm, ±2 %; its limit from SLURM_MEM_PER_NODE.
     assert abs(b["memory_peak_bytes"] - truth["nB"]["rss"]) <= 0.02 * truth["nB"]["rss"], (b, truth)
     assert b["memory_limit_bytes"] == 1024 << 20, b
-    assert abs(s["elapsed_s"] - SECONDS) < 3, s["elapsed_s"]
     o = s["overall"]
     assert o["nodes"] == 3 and o["cpus"] == 3
     assert abs(o["cpu_seconds"] - sum(n["cpu_seconds"] for n in s["nodes"])) < 1e-6
@@ -154,7 +170,8 @@ def test_report_against_the_ground_truth(cluster, tmp_path):
     assert r.returncode == 0, r.stderr
     m = json.loads((run / "manifest.json").read_text())
     assert [n["name"] for n in m["nodes"]] == ["nA", "nB", "nC"]
-    assert m["interval"] == pytest.approx(1, abs=0.05)
+    # The step: the scrape interval as estimated from the samples (1 s unless scrapes were missed).
+    assert 1 <= m["interval"] and m["prometheus"]["scrape_interval_s"] <= m["interval"] + 1e-9
 
     def rows(path):
         lines = path.read_text().splitlines()
@@ -162,8 +179,12 @@ def test_report_against_the_ground_truth(cluster, tmp_path):
         return [dict(zip(head, (float(x) if x else None for x in ln.split(",")))) for ln in lines[1:]]
 
     a = rows(run / "nodes" / "nA" / "perf_slurm.csv")
-    busy = [x["cpu_util_avg"] for x in a[5:-3] if x["cpu_util_avg"] is not None]
-    assert busy and all(85 <= u <= 105 for u in busy), busy
+    # The burner's share of its CPU, row by row: never above 100 % (+ jitter), on average its
+    # CPU seconds over the time it ran (a busy machine gives it less than its core).
+    busy = [x["cpu_util_avg"] for x in a if x["cpu_util_avg"] is not None]
+    assert busy and max(busy) <= 105, busy
+    ran = truth["nA"]["end"] - 3 - max(truth["nA"]["start"], cluster["scraping_from"])
+    assert abs(sum(busy) / len(busy) - 100 * truth["nA"]["cpu_s"] / ran) <= 10, (busy, truth)
     b = rows(run / "nodes" / "nB" / "perf_slurm.csv")
     peak = max(x["memory"] for x in b if x["memory"] is not None) * GIB
     assert abs(peak - truth["nB"]["rss"]) <= 0.02 * truth["nB"]["rss"], (peak, truth["nB"])
