@@ -128,15 +128,15 @@ TEST(PromApi, StepKeepsSeriesUnderPrometheusLimit) {
 
 TEST(PromClient, RefusesMalformedUrlsAndOptions) {
   http::ClientOptions o;
-  for (const char* url : {"localhost:9090", "ftp://h:1", "http://", "http://u@h:1",
-                          "http://h:1/p?x=1"}) {
+  for (const char* url :
+       {"localhost:9090", "ftp://h:1", "http://", "http://u@h:1", "http://h:1/p?x=1"}) {
     auto c = http::Client::create(url, o);
     ASSERT_FALSE(c) << url;
     EXPECT_NE(c.error().message.find(url), std::string::npos) << c.error().message;
   }
   o.ca_file = "/nonexistent/ca.pem";
-  EXPECT_FALSE(http::Client::create("http://h:1", o));   // a CA without https
-  auto c = http::Client::create("https://h:1", o);        // a CA that cannot be read
+  EXPECT_FALSE(http::Client::create("http://h:1", o));  // a CA without https
+  auto c = http::Client::create("https://h:1", o);      // a CA that cannot be read
   ASSERT_FALSE(c);
   EXPECT_NE(c.error().message.find("/nonexistent/ca.pem"), std::string::npos);
   http::ClientOptions both;
@@ -163,9 +163,9 @@ TEST(PromClient, ConnectionRefusedNamesTheUrl) {
   prom::Api api(std::move(*c));
   auto r = api.query("up", 1);
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("http://127.0.0.1:" + std::to_string(port) +
-                                   "/prefix/api/v1/query"),
-            std::string::npos)
+  EXPECT_NE(
+      r.error().message.find("http://127.0.0.1:" + std::to_string(port) + "/prefix/api/v1/query"),
+      std::string::npos)
       << r.error().message;
   EXPECT_EQ(api.stats().requests, 1u);
 }
