@@ -80,6 +80,7 @@ Result<std::unique_ptr<Client>> Client::create(const std::string& base_url,
   std::unique_ptr<Client> c(new Client());
   c->base_ = scheme + "://" + host_port;
   c->prefix_ = prefix;
+  c->timeout_s_ = options.timeout_s;
   c->impl_ = std::make_unique<Impl>();
   c->impl_->cli = std::make_unique<httplib::Client>(c->base_);
   if (!c->impl_->cli->is_valid())
@@ -112,12 +113,29 @@ Result<Response> Client::post_form(const std::string& path,
                                    const std::vector<std::pair<std::string, std::string>>& fields) {
   const std::string body = form_encode(fields);
   ++requests_;
-  httplib::Headers headers = {{"Accept", "application/json"}};
+  // gzip: a range query's JSON shrinks about tenfold on the wire (cpp-httplib inflates it).
+  httplib::Headers headers = {{"Accept", "application/json"}, {"Accept-Encoding", "gzip"}};
   auto res = impl_->cli->Post(prefix_ + path, headers, body, "application/x-www-form-urlencoded");
   if (!res) {
-    std::string why = httplib::to_string(res.error());
-    if (res.error() == httplib::Error::SSLServerVerification)
-      why += " (the server's certificate is not signed by a trusted CA: --prometheus-ca FILE)";
+    std::string why;
+    switch (res.error()) {
+      case httplib::Error::Connection: why = "cannot connect"; break;
+      case httplib::Error::ConnectionTimeout:
+        why = fmt::format("no connection within {} s (--prometheus-timeout)", timeout_s_);
+        break;
+      case httplib::Error::Read:
+        why = fmt::format(
+            "no complete answer (the connection was closed, or nothing came for "
+            "{} s: --prometheus-timeout)",
+            timeout_s_);
+        break;
+      case httplib::Error::Write: why = "the request could not be sent"; break;
+      case httplib::Error::SSLConnection: why = "TLS handshake failed"; break;
+      case httplib::Error::SSLServerVerification:
+        why = "the server's certificate is not signed by a trusted CA (--prometheus-ca FILE)";
+        break;
+      default: why = httplib::to_string(res.error()); break;
+    }
     return make_error(Errc::io, fmt::format("{}: {}", url(path), why));
   }
   Response r;

@@ -57,6 +57,7 @@ class Client {
   std::string base_;    ///< scheme://host:port
   std::string prefix_;  ///< path prefix, without a trailing '/'
   std::uint64_t bytes_ = 0, requests_ = 0;
+  double timeout_s_ = 60;
 };
 
 /// Reads a secret from `file`: its first line, without the newline (at most 64 KiB). `warning`
