@@ -216,8 +216,7 @@ int run_cli(int argc, char** argv) {
   std::string report_run, report_out;
   std::vector<std::string> report_charts;
   auto* report = app.add_subcommand("report", "write the HTML report of a stored run");
-  report->add_option("run", report_run, "run directory, a .zip of one, or DB.sqlite[#ID]")
-      ->required();
+  report->add_option("run", report_run, "run directory, a .zip of one, or DB.sqlite[#ID]");
   report->add_option("-o,--output", report_out,
                      "HTML file (default: RUN/report.html for a run directory)");
   report
@@ -230,6 +229,29 @@ int run_cli(int argc, char** argv) {
   std::string report_node;
   report->add_option("--node", report_node,
                      "multi-node run: the report of one node (NAME, or aggregate)");
+  // A Slurm job from Prometheus instead of a stored run (src/cli/cmd_prometheus.cpp).
+  PrometheusOptions prom;
+  std::string prom_run_dir;
+  double prom_step = 0;
+  add_prometheus_options(report, prom, false);
+  report->add_option("--job", prom.job, "with --prometheus: the Slurm job id");
+  report->add_option("--run-dir", prom_run_dir,
+                     "with --prometheus: keep the job's run directory there (new directory)");
+  report->add_option("--step", prom_step,
+                     "with --prometheus: query step in seconds (default: "
+                     "at most 11,000 points per series)");
+  JobstatsOptions jobstats_opts;
+  PrometheusOptions jobstats_prom;
+  auto* jobstats =
+      app.add_subcommand("jobstats", "efficiency of a Slurm job from Prometheus (like jobstats)");
+  jobstats->add_option("job", jobstats_prom.job, "Slurm job id")->required();
+  add_prometheus_options(jobstats, jobstats_prom, true);
+  jobstats->add_flag("--json", jobstats_opts.json, "JSON instead of the table");
+  jobstats->add_flag("--admin-comment", jobstats_opts.admin_comment,
+                     "one line SONDE1:base64(gzip(JSON)) for Slurm's AdminComment");
+  jobstats->add_option("--max-bytes", jobstats_opts.max_bytes,
+                       "--admin-comment: longest line (default 60000); details are dropped "
+                       "to fit");
 
   std::string host_file;
   auto* host = app.add_subcommand("plugin-host",
@@ -247,8 +269,22 @@ int run_cli(int argc, char** argv) {
     return kExitUsage;
   }
 
-  if (*report)
+  if (*report && !prom.url.empty()) {
+    if (!report_run.empty() || prom.job.empty()) {
+      print_error("report --prometheus: give --job ID and no run");
+      return kExitUsage;
+    }
+    return cmd_report_prometheus(prom, report_out, report_charts, !report_plain, prom_run_dir,
+                                 prom_step);
+  }
+  if (*report) {
+    if (report_run.empty() || !prom.job.empty() || !prom_run_dir.empty()) {
+      print_error("report: give a stored run, or --prometheus URL --job ID");
+      return kExitUsage;
+    }
     return write_run_report(report_run, report_out, report_charts, !report_plain, report_node);
+  }
+  if (*jobstats) return cmd_jobstats(jobstats_prom, jobstats_opts);
   for (auto* sub : {run, record})
     if (*sub && sub->get_option("--report")->count() > 0) common.report = true;
   if (common.report_file == "-") common.report_file.clear();

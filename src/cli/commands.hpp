@@ -14,6 +14,10 @@
 #include "core/setup.hpp"
 #include "views/report_charts.hpp"
 
+namespace CLI {
+class App;
+}
+
 namespace sonde::cli {
 
 /// Options shared by the sampling subcommands.
@@ -98,6 +102,34 @@ Result<std::vector<ChartRule>> load_chart_rules(const std::vector<std::string>& 
 int write_run_report(const std::string& run_spec, const std::string& output,
                      const std::vector<std::string>& chart_files, bool compress = true,
                      const std::string& node = "");
+
+/// `sonde report --prometheus` and `sonde jobstats` (src/cli/cmd_prometheus.cpp).
+struct PrometheusOptions {
+  std::string url;            ///< --prometheus
+  std::string user;           ///< --prometheus-user
+  std::string password_file;  ///< --prometheus-password-file (else $SONDE_PROMETHEUS_PASSWORD)
+  std::string token_file;     ///< --prometheus-token-file (else $SONDE_PROMETHEUS_TOKEN)
+  std::string ca_file;        ///< --prometheus-ca
+  double timeout_s = 60;      ///< --prometheus-timeout
+  std::string job;            ///< --job / jobstats' ID
+  std::string from, to;       ///< --from, --to as given
+  std::optional<double> lookback_s;
+  bool costs = false;  ///< --costs: requests, bytes, time on stderr
+};
+/// Adds the Prometheus options to a subcommand (`required`: --prometheus must be given).
+void add_prometheus_options(CLI::App* app, PrometheusOptions& o, bool required);
+/// `sonde report --prometheus URL --job ID`: the job's multi-node run directory (into `run_dir`,
+/// else a temporary one) rendered as the HTML report at `output` (default report-ID.html).
+int cmd_report_prometheus(const PrometheusOptions& o, const std::string& output,
+                          const std::vector<std::string>& chart_files, bool compress,
+                          const std::string& run_dir, double step);
+/// `sonde jobstats ID --prometheus URL [--json | --admin-comment [--max-bytes N]]`.
+struct JobstatsOptions {
+  bool json = false;
+  bool admin_comment = false;  ///< SONDE1:base64(gzip(JSON)), for Slurm's AdminComment
+  std::size_t max_bytes = 60000;
+};
+int cmd_jobstats(const PrometheusOptions& o, const JobstatsOptions& js);
 
 int run_cli(int argc, char** argv);
 

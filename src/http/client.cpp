@@ -1,0 +1,178 @@
+#include "http/client.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include "core/fs.hpp"
+
+namespace sonde::http {
+
+struct Client::Impl {
+  std::unique_ptr<httplib::Client> cli;
+};
+
+std::string url_encode(const std::string& s) {
+  std::string out;
+  out.reserve(s.size() * 3 / 2);
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~')
+      out += static_cast<char>(c);
+    else
+      out += fmt::format("%{:02X}", c);
+  }
+  return out;
+}
+
+std::string form_encode(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string out;
+  for (const auto& [k, v] : fields) {
+    if (!out.empty()) out += '&';
+    out += url_encode(k);
+    out += '=';
+    out += url_encode(v);
+  }
+  return out;
+}
+
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::create(const std::string& base_url,
+                                               const ClientOptions& options) {
+  const auto scheme_end = base_url.find("://");
+  if (scheme_end == std::string::npos)
+    return make_error(Errc::config, fmt::format("--prometheus {}: expected a URL "
+                                                "http[s]://HOST[:PORT][/PATH]",
+                                                base_url));
+  const std::string scheme = base_url.substr(0, scheme_end);
+  if (scheme != "http" && scheme != "https")
+    return make_error(Errc::config, fmt::format("--prometheus {}: the scheme must be http or "
+                                                "https, not `{}`",
+                                                base_url, scheme));
+  const auto path_start = base_url.find('/', scheme_end + 3);
+  const std::string host_port = base_url.substr(scheme_end + 3, path_start == std::string::npos
+                                                                    ? std::string::npos
+                                                                    : path_start - scheme_end - 3);
+  if (host_port.empty() || host_port.find_first_of("?#@ ") != std::string::npos)
+    return make_error(Errc::config, fmt::format("--prometheus {}: expected a host after `{}://` "
+                                                "(no user, query or fragment in the URL)",
+                                                base_url, scheme));
+  std::string prefix = path_start == std::string::npos ? "" : base_url.substr(path_start);
+  if (prefix.find_first_of("?# ") != std::string::npos)
+    return make_error(Errc::config,
+                      fmt::format("--prometheus {}: no query or fragment in the URL", base_url));
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  if (!options.token.empty() && !options.user.empty())
+    return make_error(Errc::config, "--prometheus-user and a bearer token exclude each other");
+  if (!options.ca_file.empty() && scheme != "https")
+    return make_error(Errc::config,
+                      fmt::format("--prometheus-ca: only with an https URL, not {}", base_url));
+  if (!(options.timeout_s > 0))
+    return make_error(Errc::config, "--prometheus-timeout: expected a positive number of seconds");
+
+  std::unique_ptr<Client> c(new Client());
+  c->base_ = scheme + "://" + host_port;
+  c->prefix_ = prefix;
+  c->timeout_s_ = options.timeout_s;
+  c->impl_ = std::make_unique<Impl>();
+  c->impl_->cli = std::make_unique<httplib::Client>(c->base_);
+  if (!c->impl_->cli->is_valid())
+    return make_error(Errc::config, fmt::format("--prometheus {}: not a valid URL", base_url));
+  auto& cli = *c->impl_->cli;
+  const auto sec = static_cast<time_t>(options.timeout_s);
+  const auto usec = static_cast<time_t>((options.timeout_s - static_cast<double>(sec)) * 1e6);
+  cli.set_connection_timeout(sec, usec);
+  cli.set_read_timeout(sec, usec);
+  cli.set_write_timeout(sec, usec);
+  cli.set_keep_alive(true);
+  cli.set_tcp_nodelay(true);  // the body is a second write: no Nagle delay before it
+  cli.set_follow_location(false);
+  if (!options.user.empty()) cli.set_basic_auth(options.user, options.password);
+  if (!options.token.empty()) cli.set_bearer_token_auth(options.token);
+  if (scheme == "https") {
+    if (!options.ca_file.empty()) {
+      std::error_code ec;
+      if (::access(options.ca_file.c_str(), R_OK) != 0)
+        return make_error(Errc::config, fmt::format("--prometheus-ca {}: cannot read: {}",
+                                                    options.ca_file, std::strerror(errno)));
+      cli.set_ca_cert_path(options.ca_file);
+    }
+    cli.enable_server_certificate_verification(true);
+  }
+  return c;
+}
+
+Result<Response> Client::post_form(const std::string& path,
+                                   const std::vector<std::pair<std::string, std::string>>& fields) {
+  const std::string body = form_encode(fields);
+  ++requests_;
+  // gzip: a range query's JSON shrinks about tenfold on the wire (cpp-httplib inflates it).
+  httplib::Headers headers = {{"Accept", "application/json"}, {"Accept-Encoding", "gzip"}};
+  auto res = impl_->cli->Post(prefix_ + path, headers, body, "application/x-www-form-urlencoded");
+  if (!res) {
+    std::string why;
+    switch (res.error()) {
+      case httplib::Error::Connection: why = "cannot connect"; break;
+      case httplib::Error::ConnectionTimeout:
+        why = fmt::format("no connection within {} s (--prometheus-timeout)", timeout_s_);
+        break;
+      case httplib::Error::Read:
+        why = fmt::format(
+            "no complete answer (the connection was closed, or nothing came for "
+            "{} s: --prometheus-timeout)",
+            timeout_s_);
+        break;
+      case httplib::Error::Write: why = "the request could not be sent"; break;
+      case httplib::Error::SSLConnection: why = "TLS handshake failed"; break;
+      case httplib::Error::SSLServerVerification:
+        why = "the server's certificate is not signed by a trusted CA (--prometheus-ca FILE)";
+        break;
+      default: why = httplib::to_string(res.error()); break;
+    }
+    return make_error(Errc::io, fmt::format("{}: {}", url(path), why));
+  }
+  Response r;
+  r.status = res->status;
+  r.body = std::move(res->body);
+  r.content_type = res->get_header_value("Content-Type");
+  bytes_ += r.body.size();
+  return r;
+}
+
+Result<std::string> read_secret_file(const std::string& file, const std::string& what,
+                                     std::string* warning) {
+  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd)
+    return make_error(Errc::config,
+                      fmt::format("{} {}: cannot open: {}", what, file, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return make_error(Errc::config, fmt::format("{} {}: not a regular file", what, file));
+  if (warning && (st.st_mode & 077))
+    *warning = fmt::format("{} {}: group or others may read it (chmod 600)", what, file);
+  std::string s;
+  char buf[4096];
+  while (s.size() < (64u << 10)) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error(Errc::config,
+                        fmt::format("{} {}: cannot read: {}", what, file, std::strerror(errno)));
+    }
+    if (n == 0) break;
+    s.append(buf, static_cast<std::size_t>(n));
+  }
+  if (const auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
+  if (!s.empty() && s.back() == '\r') s.pop_back();
+  if (s.empty()) return make_error(Errc::config, fmt::format("{} {}: empty", what, file));
+  return s;
+}
+
+}  // namespace sonde::http
