@@ -156,6 +156,8 @@ int run_cli(int argc, char** argv) {
   agent->add_option("--job", agent_opts.job, "the Slurm job id")->required();
   agent->add_option("--duration", agent_opts.duration_s, "stop after this many seconds")
       ->check(in_range("--duration"));
+  agent->add_flag("--end-on-stdin-eof", agent_opts.end_on_stdin_eof,
+                  "end when stdin reaches its end (how the head ends its agents)");
   // Tests and benches: several agents on one machine, each a node of its own name.
   agent->add_option("--node-name", agent_opts.node_name, "node name instead of the hostname")
       ->group("");

@@ -2,8 +2,13 @@
 // (docs/multinode.md). Records the job's processes on this node (the slurm level: the job's
 // cgroup where there is one, else SLURM_JOB_ID; never the agent itself) and the node, and prints
 // the JSON lines of src/sinks/multinode_agent.hpp on stdout.
+#include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
+
+#include <cerrno>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -74,11 +79,31 @@ int cmd_agent(const CommonOptions& common, const AgentOptions& agent) {
   sampling.duration_s = agent.duration_s;
   Sampler sampler(engine, sampling, &signals);
   if (!sinks.begin(RunStart{})) return kExitOk;  // the head is gone
+  // The head ends its agents by closing their stdin (srun --input=all passes the end on).
+  std::atomic<bool> done{false};
+  std::thread stdin_watch;
+  if (agent.end_on_stdin_eof)
+    stdin_watch = std::thread([&] {
+      char buf[256];
+      while (!done.load()) {
+        pollfd p{STDIN_FILENO, POLLIN, 0};
+        if (::poll(&p, 1, 200) <= 0) continue;
+        const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+          sampler.request_stop();
+          return;
+        }
+      }
+    });
   const Sampler::Stop why = sampler.run(sinks);
+  done = true;
+  if (stdin_watch.joinable()) stdin_watch.join();
   agent_sink.set_end_reason(why == Sampler::Stop::signal     ? "signal"
                             : why == Sampler::Stop::duration ? "duration"
                             : why == Sampler::Stop::listener ? "stdout closed"
-                                                             : "stopped");
+                            : why == Sampler::Stop::requested
+                                ? "stdin closed (the head ended the run)"
+                                : "stopped");
   RunEnd end;
   end.ticks = engine.ticks();
   end.ticks_missed = sampler.missed();

@@ -65,6 +65,9 @@ struct AgentOptions {
   std::string job;
   std::string node_name;  ///< --node-name (tests, benches): instead of the hostname
   std::optional<double> duration_s;
+  /// --end-on-stdin-eof: end (with the end line) when stdin reaches its end: how the head ends
+  /// its agents through srun (`--input=all`), which forwards no signal without killing the step.
+  bool end_on_stdin_eof = false;
 };
 int cmd_agent(const CommonOptions& common, const AgentOptions& agent);
 

@@ -276,7 +276,10 @@ std::vector<std::string> launcher_argv(const std::string& program, const SlurmAl
       fmt::format("--ntasks={}", alloc.nodes), "--ntasks-per-node=1",
       // A lost node must not end the other nodes' agents (without
       // it srun kills the whole step on a node failure).
-      "--no-kill", "--unbuffered", "--label", self, "agent", "--job", alloc.job, "--interval",
+      "--no-kill", "--unbuffered", "--label",
+      // The head ends the agents by closing srun's stdin, which goes to every task (a signal to
+      // srun kills the step instead).
+      "--input=all", self, "agent", "--end-on-stdin-eof", "--job", alloc.job, "--interval",
       fmt::format("{}", interval_s), "--levels", lv};
   if (!config_file.empty()) {
     argv.push_back("--config");
@@ -293,8 +296,8 @@ AgentLauncher::~AgentLauncher() {
 
 bool AgentLauncher::start(const std::vector<std::string>& argv, const sigset_t& mask,
                           const std::string& marker_job) {
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+  int out[2], err[2], in[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(in, O_CLOEXEC) != 0) {
     print_error(fmt::format("cannot start the agents: pipe: {}", std::strerror(errno)));
     return false;
   }
@@ -302,7 +305,7 @@ bool AgentLauncher::start(const std::vector<std::string>& argv, const sigset_t& 
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t defaults;
@@ -330,7 +333,10 @@ bool AgentLauncher::start(const std::vector<std::string>& argv, const sigset_t& 
   posix_spawnattr_destroy(&attr);
   ::close(out[1]);
   ::close(err[1]);
+  ::close(in[0]);
+  stdin_.reset(in[1]);
   if (rc != 0) {
+    stdin_.reset();
     ::close(out[0]);
     ::close(err[0]);
     print_error(fmt::format("cannot start the agents with {}: {}", argv[0], std::strerror(rc)));
@@ -401,11 +407,17 @@ void AgentLauncher::read_loop(int out_fd, int err_fd) {
 
 void AgentLauncher::stop(double grace_s) {
   if (pid_ <= 0) return;
-  if (!exited_) {
-    ::kill(-pid_, SIGTERM);
-    const double until = monotonic_now() + grace_s;
+  // Closing srun's stdin ends every agent with its end line; then SIGTERM (srun kills the step),
+  // then SIGKILL.
+  stdin_.reset();
+  auto wait_exit = [&](double s) {
+    const double until = monotonic_now() + s;
     while (!exited_ && monotonic_now() < until) ::usleep(20'000);
-    if (!exited_) ::kill(-pid_, SIGKILL);
+    return exited_.load();
+  };
+  if (!wait_exit(grace_s)) {
+    ::kill(-pid_, SIGTERM);
+    if (!wait_exit(5)) ::kill(-pid_, SIGKILL);
   }
   if (reader_.joinable()) reader_.join();
   pid_ = -1;

@@ -55,8 +55,8 @@ class AgentLauncher {
   /// as sonde's, never counted in the job). Errors are printed.
   bool start(const std::vector<std::string>& argv, const sigset_t& mask,
              const std::string& marker_job);
-  /// Ends it: SIGTERM to its process group, up to `grace_s` for the agents' end lines, then
-  /// SIGKILL. Joins the reader.
+  /// Ends it: closes its stdin (the agents end, with their end lines) and waits up to `grace_s`,
+  /// then SIGTERM to its process group, then SIGKILL. Joins the reader.
   void stop(double grace_s = 5);
   bool running() const { return pid_ > 0 && !exited_.load(); }
 
@@ -64,6 +64,7 @@ class AgentLauncher {
   void read_loop(int out_fd, int err_fd);
   multinode::Head& head_;
   pid_t pid_ = -1;
+  UniqueFd stdin_;  ///< the write end of the launcher's stdin: closed to end the agents
   std::thread reader_;
   std::atomic<bool> exited_{false};
 };

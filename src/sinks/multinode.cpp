@@ -748,6 +748,16 @@ void Head::finish(double now_monotonic) {
     mn["launcher_exit"] = launcher_exit_ ? nlohmann::json(*launcher_exit_) : nlohmann::json();
   }
   mn["summary"] = summary_json();
+  // What 100 % of the aggregate's cpu_util_avg is: the CPUs of the nodes, per level.
+  nlohmann::json cpus = nlohmann::json::object();
+  for (Level l : opts_.levels) {
+    double sum = 0;
+    for (const auto& n : nodes_)
+      if (n && n->ready && n->has[level_index(l)] && std::isfinite(n->num_cpus[level_index(l)]))
+        sum += n->num_cpus[level_index(l)];
+    cpus[std::string(level_name(l))] = sum;
+  }
+  mn["aggregate_num_cpus"] = cpus;
   store_.set_manifest("multinode", mn);
   write_nodes_manifest();
 }

@@ -58,7 +58,8 @@ figures|agent|node)
   st=$(wait_job "$job" 120) || fail "job $job did not end"
   [ "$CASE" = node ] && "$HERE/../slurm/cluster" start-node "$CLUSTER" n3 || true
   echo "job $job: $st"; cat "$W/job.err" >&2 || true
-  [ "$st" = COMPLETED ] || fail "job state $st"
+  # A lost node may fail the command's own srun (the job state then says so): not sonde's.
+  [ "$st" = COMPLETED ] || [ "$CASE" = node ] || fail "job state $st"
   ;;
 record)
   job=$(sbatch --parsable -N3 -o "$W/job.out" -e "$W/job.err" --wrap \
@@ -119,8 +120,8 @@ if case in ("figures", "record"):
     check(abs(ca - 10) <= 0.06 * 10 + 0.6, "aggregate CPU seconds %.2f, expected 10" % ca)
     ma = max(r["memory"] for r in agg) * 1024
     check(500 * 0.98 <= ma <= 500 * 1.02 + 40, "aggregate memory peak %.1f MiB" % ma)
-    busy = [r for r in agg if r["nodes"] == 3 and r["cpu_util_node_max"] > 50]
-    check(busy and all(r["cpu_util_node_min"] < 10 for r in busy), "node spread: n3 idle while n1 busy")
+    busy = [r for r in agg if r["nodes"] == 3 and r["cpu_util_node_max"] > 20]
+    check(busy and all(r["cpu_util_node_min"] < 5 for r in busy), "node spread: n3 idle while n1 busy")
 if case in ("agent", "node"):
     lost = "n2" if case == "agent" else "n3"
     check(nodes[lost]["status"] == "lost", "%s status %s" % (lost, nodes[lost]["status"]))
@@ -131,7 +132,8 @@ if case in ("agent", "node"):
     check(all(r["nodes"] <= 2 for r in agg if r["wallclock"] > t + 0.01), "rows after the loss count it")
     check(any(r["nodes"] == 3 for r in agg), "no row with 3 nodes before the loss")
     check(nodes[lost]["last_wallclock"] < max(r["wallclock"] for r in per["n1"]) - 1, "its rows went on")
-    check(m["exit_status"] == 0, "exit status %s" % m["exit_status"])
+    if case == "agent":
+        check(m["exit_status"] == 0, "exit status %s" % m["exit_status"])
 if errors:
     print("FAILED:\n  " + "\n  ".join(errors)); sys.exit(1)
 print("ok")
