@@ -515,6 +515,7 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
   ho.interval_s = cfg->interval_s;
   ho.levels = levels;
   ho.launcher = argv;
+  ho.confirm_agent_ends = true;
   multinode::Head head(ho, **store);
 
   SignalGuard signals(/*with_sigchld=*/false);
@@ -553,13 +554,17 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
     const auto next = static_cast<std::uint64_t>(std::floor((monotonic_now() - t0) / interval)) + 1;
     if (next > k + 1) missed += next - k - 1;
     k = std::max(k + 1, next);
-    // The job ended: every agent is gone and the launcher with them.
-    if (head.launcher_ended() && head.all_settled()) {
-      bool any_running = false;
-      for (const auto& n : head.nodes_json())
-        if (n.value("status", std::string()) == "running") any_running = true;
-      if (!any_running) break;
+    // Agents that end: the job's end (they are complete, the recording ends), or a fault.
+    if (head.agents_ending()) {
+      const Captured q = capture({"squeue", "-j", alloc.job, "-h", "-o", "%T"});
+      const bool running = q.status == 0 && q.out.starts_with("RUNNING");
+      head.confirm_ends(running, monotonic_now());
+      if (!running) {
+        std::cerr << fmt::format("sonde: job {} ended\n", alloc.job);
+        break;
+      }
     }
+    if (head.launcher_ended()) break;  // no agent left
   }
   launcher.stop();
   head.finish(monotonic_now());

@@ -603,6 +603,8 @@ void Head::check_faults(double now_monotonic, double now_wallclock) {
     if (!np) continue;
     Node& n = *np;
     if (n.status == "running") {
+      const bool deferred = opts_.confirm_agent_ends && !apply_ends_;
+      if (deferred && (n.ended || exit)) continue;  // the job's end, or a fault: confirm_ends
       if (n.ended)
         set_status(n, "lost",
                    fmt::format("the agent ended while the run went on ({})",
@@ -626,6 +628,25 @@ void Head::check_faults(double now_monotonic, double now_wallclock) {
                    now_wallclock);
     }
   }
+}
+
+bool Head::agents_ending() const {
+  const bool exited = launcher_ended();
+  for (const auto& n : nodes_)
+    if (n && n->status == "running" && (n->ended || exited)) return true;
+  return false;
+}
+
+void Head::confirm_ends(bool job_running, double now_monotonic) {
+  if (job_running) {
+    apply_ends_ = true;
+    check_faults(now_monotonic, wallclock_now());
+    apply_ends_ = false;
+  } else {
+    for (auto& n : nodes_)
+      if (n && n->status == "running") set_status(*n, "complete", "", wallclock_now());
+  }
+  if (manifest_dirty_) write_nodes_manifest();
 }
 
 void Head::poll(double now_monotonic) {

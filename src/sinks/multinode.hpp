@@ -131,6 +131,9 @@ struct HeadOptions {
   double start_grace_s = 30;
   /// A node without a line for this many intervals is lost.
   double lost_after_intervals = 5;
+  /// record --slurm-job: an agent or the launcher that ends may be the job's end, not a fault:
+  /// it is held until confirm_ends() says whether the job still runs.
+  bool confirm_agent_ends = false;
   /// Parsed lines waiting for the main thread, over all nodes; beyond it the oldest samples are
   /// dropped (counted).
   std::size_t max_queued = 1 << 16;
@@ -162,6 +165,11 @@ class Head {
   int ready_nodes() const;
   bool all_settled() const;  ///< every expected node is ready, lost or failed
   bool launcher_ended() const;
+  /// confirm_agent_ends: an agent sent its end line, or the launcher ended, while its node runs.
+  bool agents_ending() const;
+  /// confirm_agent_ends: the job still runs (the ends are faults: lost), or it ended (every
+  /// running node is complete).
+  void confirm_ends(bool job_running, double now_monotonic);
   std::uint64_t garbage_lines() const;
   /// The manifest's "nodes" array (sorted by name).
   nlohmann::json nodes_json() const;
@@ -198,6 +206,7 @@ class Head {
   // Main thread.
   std::vector<Message> work_;
   std::vector<std::unique_ptr<Node>> nodes_;  ///< by task index
+  bool apply_ends_ = false;                   ///< confirm_ends(true) in progress
   bool schema_fixed_ = false;
   std::array<std::vector<std::string>, kNumLevels> agg_columns_;
   std::array<ColumnStats, 4> agg_stats_{};  ///< cpu cores, memory, io_read, io_write

@@ -48,8 +48,8 @@ figures|agent|node)
     sleep 4
     pid=$("$HERE/../slurm/cluster" pids "$CLUSTER" n2)
     nsenter -t "$pid" -p -m sh -c 'for p in /proc/[0-9]*; do
-        if tr "\0" " " < $p/cmdline 2>/dev/null | grep -q " agent --job "; then kill -9 ${p#/proc/}; fi
-      done'
+        [ "$(tr "\0" "\n" < $p/cmdline 2>/dev/null | sed -n 2p)" = agent ] && kill -9 ${p#/proc/}
+      done; true'
   fi
   if [ "$CASE" = node ]; then
     sleep 4
