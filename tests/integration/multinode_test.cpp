@@ -9,6 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -411,7 +412,9 @@ TEST(Multinode, RecordARunningJobFromOutside) {
   // Both fake nodes see the job's 200 MiB: 0.39 GiB in the aggregate.
   const auto mem = agg.numbers("memory");
   for (std::size_t i = 0; i < agg.rows.size(); ++i)
-    if (cell(agg, i, "nodes") == 2) EXPECT_NEAR(mem[i], 2 * 200.0 / 1024, 0.05) << "row " << i;
+    if (cell(agg, i, "nodes") == 2) {
+      EXPECT_NEAR(mem[i], 2 * 200.0 / 1024, 0.05) << "row " << i;
+    }
   EXPECT_FALSE(fs::exists(run / "perf_process.csv"));
   EXPECT_NE(r.err.find("sonde multi-node summary (job " + job + ", 2 nodes"), std::string::npos)
       << r.err;
