@@ -357,9 +357,10 @@ void AgentLauncher::read_loop(int out_fd, int err_fd) {
   auto deliver = [&](int i, std::string_view line) {
     if (i == 0) {
       head_.on_line(line, wallclock_now(), monotonic_now());
-    } else if (err_lines++ < 200) {
+    } else {
+      head_.on_launcher_stderr(line, monotonic_now());
       // srun's own messages and the agents' warnings, labeled by task.
-      std::cerr << "sonde: agents: " << line << "\n";
+      if (err_lines++ < 200) std::cerr << "sonde: agents: " << line << "\n";
     }
   };
   while (open > 0) {

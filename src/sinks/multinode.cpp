@@ -383,6 +383,7 @@ struct Head::Node {
   std::array<Latest, kNumLevels> latest;
   std::array<ColumnStats, 4> stats{};  // at the summary level: cpu cores, memory, io_read/write
   std::uint64_t lines_after_end = 0;
+  std::string srun_reason;  // confirm_agent_ends: what srun said of its task, held
 };
 
 namespace {
@@ -439,6 +440,27 @@ void Head::on_line(std::string_view line, double recv_wallclock, double recv_mon
     ++dropped_;
   }
   queue_.push_back(Message{labeled->task, std::move(*doc), recv_wallclock, recv_monotonic});
+}
+
+void Head::on_launcher_stderr(std::string_view line, double recv_monotonic) {
+  constexpr std::string_view kError = "srun: error: ";
+  if (!line.starts_with(kError)) return;
+  std::string_view rest = line.substr(kError.size());
+  nlohmann::json doc = {{"status", "srun_error"}, {"what", std::string(rest.substr(0, 300))}};
+  int task = -1;
+  constexpr std::string_view kNodeFailure = "Node failure on ";
+  if (rest.starts_with(kNodeFailure)) {
+    doc["node"] = std::string(rest.substr(kNodeFailure.size(), 200));
+  } else if (const auto at = rest.find(": task "); at != std::string_view::npos) {
+    auto l = split_label(rest.substr(at + 7));
+    if (!l) return;
+    task = l->task;
+    doc["node"] = std::string(rest.substr(0, std::min<std::size_t>(at, 200)));
+  } else {
+    return;
+  }
+  std::lock_guard lock(mutex_);
+  queue_.push_back(Message{task, std::move(doc), wallclock_now(), recv_monotonic});
 }
 
 void Head::on_launcher_exit(std::string why) {
@@ -566,6 +588,22 @@ void Head::handle_sample(Node& n, const nlohmann::json& doc) {
 }
 
 void Head::handle(Message& m) {
+  if (m.doc.value("status", std::string()) == "srun_error") {
+    const std::string name = m.doc.value("node", std::string());
+    Node* target = nullptr;
+    if (m.task >= 0 && m.task < static_cast<int>(nodes_.size())) target = nodes_[m.task].get();
+    for (const auto& n : nodes_)
+      if (!target && n && n->name == safe_name(name)) target = n.get();
+    // A node whose agent sent its end line ended well, whatever srun says of it afterwards.
+    if (target && opts_.confirm_agent_ends && target->status == "running") {
+      target->srun_reason = "srun: " + m.doc.value("what", std::string());  // confirm_ends
+      return;
+    }
+    if (target && !target->ended && (target->status == "running" || target->status == "starting"))
+      set_status(*target, target->status == "running" ? "lost" : "failed",
+                 "srun: " + m.doc.value("what", std::string()), m.recv_wallclock);
+    return;
+  }
   Node& n = node_of_task(m.task);
   n.last_recv_monotonic = std::max(n.last_recv_monotonic, m.recv_monotonic);
   const nlohmann::json& doc = m.doc;
@@ -604,8 +642,11 @@ void Head::check_faults(double now_monotonic, double now_wallclock) {
     Node& n = *np;
     if (n.status == "running") {
       const bool deferred = opts_.confirm_agent_ends && !apply_ends_;
-      if (deferred && (n.ended || exit)) continue;  // the job's end, or a fault: confirm_ends
-      if (n.ended)
+      if (deferred && (n.ended || exit || !n.srun_reason.empty()))
+        continue;  // the job's end, or a fault: confirm_ends
+      if (!n.srun_reason.empty() && !n.ended)
+        set_status(n, "lost", n.srun_reason, now_wallclock);
+      else if (n.ended)
         set_status(n, "lost",
                    fmt::format("the agent ended while the run went on ({})",
                                n.end_reason.empty() ? "no reason given" : n.end_reason),
@@ -633,7 +674,7 @@ void Head::check_faults(double now_monotonic, double now_wallclock) {
 bool Head::agents_ending() const {
   const bool exited = launcher_ended();
   for (const auto& n : nodes_)
-    if (n && n->status == "running" && (n->ended || exited)) return true;
+    if (n && n->status == "running" && (n->ended || exited || !n->srun_reason.empty())) return true;
   return false;
 }
 

@@ -151,6 +151,10 @@ class Head {
   void on_line(std::string_view line, double recv_wallclock, double recv_monotonic);
   /// Any thread: the launcher ended (`why`: "srun exited with status 1", ...).
   void on_launcher_exit(std::string why);
+  /// Any thread: one line of the launcher's stderr. srun's reports of a task that ended
+  /// ("srun: error: n2: task 1: Killed") or of a node that failed ("srun: error: Node failure on
+  /// n3") make that node lost at once, with srun's words as the reason.
+  void on_launcher_stderr(std::string_view line, double recv_monotonic);
 
   /// Main thread: handles what was received (node files, statuses). `now_monotonic` decides
   /// which node is lost.

@@ -2,6 +2,7 @@
 // weighted means, min/max, node spread), per-device columns, srun --label pieces.
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,104 @@ TEST(MultinodeLines, SplitLinesAreReassembledPerTaskAndGarbageIsDropped) {
   EXPECT_FALSE(a.feed(3, std::string("{\"a\":\"\xff\xfe\"}")));
   EXPECT_FALSE(a.feed(3, std::string("\0\0\0", 3)));
   EXPECT_TRUE(a.feed(3, "{\"a\":1e999999}") || true);
+}
+
+}  // namespace
+}  // namespace sonde::multinode
+
+namespace sonde::multinode {
+namespace {
+
+/// The seam the head writes through, in memory.
+class MemoryStore final : public Store {
+ public:
+  std::map<std::string, std::vector<std::vector<double>>> node_rows;  // "node/level"
+  std::map<Level, std::vector<std::string>> agg_columns;
+  std::map<Level, std::vector<std::vector<double>>> agg_rows;
+  nlohmann::json manifest_ = nlohmann::json::object();
+  Result<void> begin_node(const std::string& node, Level level,
+                          const std::vector<std::string>&) override {
+    node_rows[node + "/" + std::string(level_name(level))];
+    return {};
+  }
+  void node_row(const std::string& node, Level level, double, double,
+                std::span<const double> values) override {
+    node_rows[node + "/" + std::string(level_name(level))].emplace_back(values.begin(),
+                                                                        values.end());
+  }
+  Result<void> begin_aggregate(Level level, const std::vector<std::string>& columns) override {
+    agg_columns[level] = columns;
+    return {};
+  }
+  void aggregate_row(Level level, double, double, std::span<const double> values) override {
+    agg_rows[level].emplace_back(values.begin(), values.end());
+  }
+  void set_manifest(const std::string& key, nlohmann::json value) override {
+    manifest_[key] = std::move(value);
+  }
+  nlohmann::json manifest(const std::string& key) const override {
+    return manifest_.contains(key) ? manifest_[key] : nlohmann::json();
+  }
+  bool failed() const override { return false; }
+};
+
+std::string ready(const std::string& node, double wallclock) {
+  return nlohmann::json{{"status", "ready"},
+                        {"node", node},
+                        {"wallclock", wallclock},
+                        {"columns_by_level", {{"slurm", {"cpu_util_avg", "memory"}}}},
+                        {"node_info", {{"cpus_per_level", {{"slurm", {{"num_cpus", 4}}}}}}}}
+      .dump();
+}
+std::string sample(double wallclock, double cpu, double mem) {
+  return nlohmann::json{{"level", "slurm"},
+                        {"wallclock", wallclock},
+                        {"sample", {{"time", 1.0}, {"cpu_util_avg", cpu}, {"memory", mem}}}}
+      .dump();
+}
+
+TEST(MultinodeHead, CapturedLinesToNodeRowsAggregateAndFaults) {
+  MemoryStore store;
+  HeadOptions o;
+  o.job = "7";
+  o.expected_nodes = 2;
+  o.interval_s = 1;
+  o.levels = {Level::slurm};
+  Head head(o, store);
+  const double t0 = 1000;
+  // Node b's clock is 10 s ahead; lines arrive 0.01 s after they were stamped.
+  head.on_line("0: " + ready("a", t0), t0 + 0.01, 1);
+  head.on_line("1: " + ready("b", t0 + 10), t0 + 0.01, 1);
+  const std::string sb = sample(t0 + 10 + 1, 50, 2.0);
+  head.on_line("0: " + sample(t0 + 1, 100, 1.0), t0 + 1.01, 2);
+  head.on_line("1: " + sb.substr(0, 30), t0 + 1.01, 2);  // split by srun
+  head.on_line("1: " + sb.substr(30), t0 + 1.01, 2);
+  head.tick(2.1, t0 + 1.1);
+  ASSERT_EQ(store.agg_rows[Level::slurm].size(), 1u);
+  const auto& cols = store.agg_columns[Level::slurm];
+  const auto& row = store.agg_rows[Level::slurm][0];
+  EXPECT_DOUBLE_EQ(at(cols, row, "cpu_util_avg"), 75.0);
+  EXPECT_DOUBLE_EQ(at(cols, row, "memory"), 3.0);
+  EXPECT_DOUBLE_EQ(at(cols, row, "nodes"), 2.0);
+  EXPECT_EQ(store.node_rows["b/slurm"].size(), 1u);
+  const auto nodes = head.nodes_json();
+  EXPECT_NEAR(nodes[1]["clock_offset_s"].get<double>(), 9.99, 1e-9);
+  EXPECT_EQ(nodes[1]["status"], "running");
+  // srun says b's task was killed: lost at once, the aggregate covers a.
+  head.on_launcher_stderr("srun: error: b: task 1: Killed", 3);
+  head.on_line("0: " + sample(t0 + 2, 100, 1.0), t0 + 2.01, 3);
+  head.tick(3.1, t0 + 2.1);
+  EXPECT_DOUBLE_EQ(at(cols, store.agg_rows[Level::slurm][1], "nodes"), 1.0);
+  EXPECT_DOUBLE_EQ(at(cols, store.agg_rows[Level::slurm][1], "memory"), 1.0);
+  EXPECT_EQ(head.nodes_json()[1]["status"], "lost");
+  EXPECT_EQ(head.nodes_json()[1]["reason"], "srun: b: task 1: Killed");
+  // a says nothing for 5 intervals: lost too; rows with no node.
+  head.tick(9.0, t0 + 8);
+  EXPECT_EQ(head.nodes_json()[0]["status"], "lost");
+  EXPECT_DOUBLE_EQ(at(cols, store.agg_rows[Level::slurm].back(), "nodes"), 0.0);
+  head.finish(9.5);
+  EXPECT_EQ(store.manifest("multinode")["job"], "7");
+  EXPECT_EQ(store.manifest("multinode")["reassembled_lines"], 1);
 }
 
 }  // namespace
