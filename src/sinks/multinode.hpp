@@ -109,8 +109,9 @@ class Store {
 };
 
 /// The run directory `dir` (already created by the run's own sink, or created here when
-/// `set_key` is empty, with `manifest` as its first manifest.json). `set_key` sets a key of the
-/// manifest the run's own sink owns (RunDirSink::update).
+/// `set_key` is empty, with `manifest` as its first manifest.json). `manifest`'s keys are the
+/// base that manifest() returns (the head merges "levels", "files", "node_info"… into them).
+/// `set_key` sets a key of the manifest the run's own sink owns (RunDirSink::update).
 Result<std::unique_ptr<Store>> make_csv_store(
     const std::string& dir, std::function<void(const std::string&, nlohmann::json)> set_key,
     nlohmann::json manifest = nullptr);
@@ -196,6 +197,7 @@ class Head {
   void set_status(Node& n, const char* status, std::string reason, double at_wallclock);
   bool fix_schema(double now_monotonic);
   void write_nodes_manifest();
+  void write_aggregate_node_info();
 
   HeadOptions opts_;
   Store& store_;

@@ -133,9 +133,13 @@ TEST(Multinode, AggregateIsTheNodesSumAndEveryNodeSeesTheJob) {
                                    (dir / "out").string(), "--", workload_binary(), "burn", "4"},
                                   in_allocation(job, 3));
   ASSERT_EQ(r.status, 0) << r.describe();
-  const fs::path run = find_run_dir(dir / "out");
+  // The run directory as a single-node reader sees it: the physical invariants hold.
+  const fs::path run = run_dir(dir / "out");
   const nlohmann::json m = read_json(run / "manifest.json");
   ASSERT_TRUE(m.contains("multinode")) << m.dump(2);
+  EXPECT_EQ(m["node_info"]["cpus_per_level"]["slurm"]["num_cpus"].get<double>(),
+            m["node_info"]["cpus_per_level"]["process"]["num_cpus"].get<double>() * 3)
+      << "the aggregate's 100 %: every node's CPUs";
   EXPECT_EQ(m["multinode"]["job"], job);
   EXPECT_EQ(m["multinode"]["grid"], "head");
   EXPECT_EQ(m["multinode"]["launcher"][0], kFakeSrun);
