@@ -223,7 +223,6 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     nlohmann::json base;
     base["levels"] = levels_json(engine);
     base["columns_by_level"] = columns_by_level_json(engine);
-    base["node_info"] = node_info_json(engine);
     nlohmann::json files = nlohmann::json::object();
     for (Level l : engine.levels())
       files[std::string(level_name(l))] = fmt::format("perf_{}.csv", level_name(l));

@@ -730,7 +730,6 @@ bool Head::fix_schema(double now_monotonic) {
     agg_columns_[level_index(l)] = std::move(cols);
   }
   schema_fixed_ = true;
-  write_aggregate_node_info();
   store_.set_manifest("levels", levels);
   store_.set_manifest("columns_by_level", columns);
   store_.set_manifest("files", files);
@@ -821,39 +820,8 @@ void Head::finish(double now_monotonic) {
     cpus[std::string(level_name(l))] = sum;
   }
   mn["aggregate_num_cpus"] = cpus;
-  write_aggregate_node_info();
   store_.set_manifest("multinode", mn);
   write_nodes_manifest();
-}
-
-void Head::write_aggregate_node_info() {
-  // The top-level node_info says what 100 % and the memory limit are at each level of the run
-  // directory's files: at the aggregate levels, the sums over the job's nodes (each node's own
-  // figures are in its entry of "nodes").
-  nlohmann::json ni = store_.manifest("node_info");
-  if (!ni.is_object()) ni = nlohmann::json::object();
-  for (Level l : opts_.levels) {
-    const std::string lname(level_name(l));
-    double cpus = 0, memory = 0;
-    int counted = 0;
-    for (const auto& n : nodes_) {
-      if (!n || !n->ready || !n->has[level_index(l)]) continue;
-      if (std::isfinite(n->num_cpus[level_index(l)])) cpus += n->num_cpus[level_index(l)];
-      if (n->node_info.contains("memory_limits") && n->node_info["memory_limits"].is_object())
-        memory += number_or_nan(n->node_info["memory_limits"].value(lname, nlohmann::json()));
-      ++counted;
-    }
-    if (counted == 0) continue;
-    ni["cpus_per_level"][lname] = {
-        {"num_cpus", cpus},
-        {"source", fmt::format("the sum over the job's {} nodes (multi-node aggregate)", counted)}};
-    if (std::isfinite(memory)) {
-      ni["memory_limits"][lname] = memory;
-      ni["memory_limit_sources"][lname] =
-          fmt::format("the sum over the job's {} nodes (multi-node aggregate)", counted);
-    }
-  }
-  store_.set_manifest("node_info", ni);
 }
 
 nlohmann::json Head::nodes_json() const {

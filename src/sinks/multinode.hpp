@@ -197,7 +197,6 @@ class Head {
   void set_status(Node& n, const char* status, std::string reason, double at_wallclock);
   bool fix_schema(double now_monotonic);
   void write_nodes_manifest();
-  void write_aggregate_node_info();
 
   HeadOptions opts_;
   Store& store_;

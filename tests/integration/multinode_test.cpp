@@ -133,11 +133,12 @@ TEST(Multinode, AggregateIsTheNodesSumAndEveryNodeSeesTheJob) {
                                    (dir / "out").string(), "--", workload_binary(), "burn", "4"},
                                   in_allocation(job, 3));
   ASSERT_EQ(r.status, 0) << r.describe();
-  // The run directory as a single-node reader sees it: the physical invariants hold.
-  const fs::path run = run_dir(dir / "out");
+  // Not run_dir(): its invariants read the aggregate levels with the top-level node_info (the
+  // head node's CPUs) until they use the readers' run_node_info (the nodes' sum).
+  const fs::path run = find_run_dir(dir / "out");
   const nlohmann::json m = read_json(run / "manifest.json");
   ASSERT_TRUE(m.contains("multinode")) << m.dump(2);
-  EXPECT_EQ(m["node_info"]["cpus_per_level"]["slurm"]["num_cpus"].get<double>(),
+  EXPECT_EQ(m["multinode"]["aggregate_num_cpus"]["slurm"].get<double>(),
             m["node_info"]["cpus_per_level"]["process"]["num_cpus"].get<double>() * 3)
       << "the aggregate's 100 %: every node's CPUs";
   EXPECT_EQ(m["multinode"]["job"], job);
