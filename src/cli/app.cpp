@@ -138,6 +138,29 @@ int run_cli(int argc, char** argv) {
   pid_opt->excludes(sys_opt);
   record->add_option("--duration", session.duration_s, "stop after this many seconds")
       ->check(in_range("--duration"));
+  auto* job_opt = record->add_option(
+      "--slurm-job", session.slurm_job,
+      "record every node of this running Slurm job (from a login node; docs/multinode.md)");
+  job_opt->excludes(pid_opt)->excludes(sys_opt);
+  run->add_flag("--slurm", session.slurm,
+                "inside a Slurm allocation: also record every node of it (agents started with "
+                "srun; docs/multinode.md)");
+
+  AgentOptions agent_opts;
+  auto* agent = app.add_subcommand(
+      "agent", "one node of a multi-node run: JSON lines on stdout (started by run --slurm)");
+  agent->add_option("--config", common.config_file, "configuration file, merged last");
+  agent->add_option("--interval", common.interval_s, "sampling interval in seconds")
+      ->check(in_range("interval"));
+  agent->add_option("--levels", common.levels, "comma-separated levels: slurm,system (default)");
+  agent->add_option("--job", agent_opts.job, "the Slurm job id")->required();
+  agent->add_option("--duration", agent_opts.duration_s, "stop after this many seconds")
+      ->check(in_range("--duration"));
+  agent->add_flag("--end-on-stdin-eof", agent_opts.end_on_stdin_eof,
+                  "end when stdin reaches its end (how the head ends its agents)");
+  // Tests and benches: several agents on one machine, each a node of its own name.
+  agent->add_option("--node-name", agent_opts.node_name, "node name instead of the hostname")
+      ->group("");
 
   auto* stream =
       app.add_subcommand("stream", "JSON lines on stdout (JUmPER's native-collector protocol)");
@@ -268,8 +291,8 @@ int run_cli(int argc, char** argv) {
     return run_session(common, session);
   }
   if (*record) {
-    if (session.pid <= 0 && !session.system_only) {
-      print_error("record: give --pid PID or --system");
+    if (session.pid <= 0 && !session.system_only && session.slurm_job.empty()) {
+      print_error("record: give --pid PID, --system or --slurm-job ID");
       return kExitUsage;
     }
     session.mode = SessionOptions::Mode::record;
@@ -280,6 +303,7 @@ int run_cli(int argc, char** argv) {
     session.mode = SessionOptions::Mode::stream;
     return run_session(common, session);
   }
+  if (*agent) return cmd_agent(common, agent_opts);
   if (*serve) return cmd_serve(common, serve_opts);
   if (*collectors) return cmd_collectors(common, timing);
   if (*runs) {

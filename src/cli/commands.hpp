@@ -55,8 +55,21 @@ struct SessionOptions {
   bool system_only = false;          ///< record --system
   std::optional<double> duration_s;  ///< record --duration
   int stream_protocol = 2;           ///< stream --protocol: 2 (current) or 1 (JUmPER's older)
+  bool slurm = false;                ///< run --slurm: every node of the allocation (multinode.hpp)
+  std::string slurm_job;             ///< record --slurm-job ID
 };
 int run_session(const CommonOptions& common, const SessionOptions& session);
+
+/// `sonde agent` (src/cli/cmd_agent.cpp): one node of a multi-node run.
+struct AgentOptions {
+  std::string job;
+  std::string node_name;  ///< --node-name (tests, benches): instead of the hostname
+  std::optional<double> duration_s;
+  /// --end-on-stdin-eof: end (with the end line) when stdin reaches its end: how the head ends
+  /// its agents through srun (`--input=all`), which forwards no signal without killing the step.
+  bool end_on_stdin_eof = false;
+};
+int cmd_agent(const CommonOptions& common, const AgentOptions& agent);
 
 /// `sonde serve`: the Prometheus/OpenMetrics exporter.
 struct ServeOptions {

@@ -15,11 +15,13 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "cli/multinode.hpp"
 #include "core/engine.hpp"
 #include "core/helper_children.hpp"
 #include "core/sampler.hpp"
 #include "core/summary.hpp"
 #include "sinks/csv_run_dir.hpp"
+#include "sinks/format.hpp"
 #include "sinks/json_stream.hpp"
 #include "sinks/session_sinks.hpp"
 #include "sinks/sink.hpp"
@@ -46,7 +48,7 @@ double tv_s(const timeval& tv) {
 /// the command starts: an unwritable --out starts nothing. Returns an exit status on failure.
 std::optional<int> add_output(const CommonOptions& common, const SessionOptions& so,
                               const Config& cfg, const Engine& engine, int target_pid,
-                              SinkSet& sinks) {
+                              SinkSet& sinks, RunDirSink** run_dir = nullptr) {
   if (so.mode == Mode::stream) {
     sinks.add(make_json_stream_sink(STDOUT_FILENO, engine, so.stream_protocol));
     return std::nullopt;
@@ -57,6 +59,7 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
   meta["start_wallclock"] = wallclock_now();
   meta["config_sources"] = cfg.sources;
   meta["target_pid"] = target_pid;
+  if (so.slurm) meta["mode"] = "run --slurm";
   if (common.format == "sqlite" || (common.format.empty() && is_sqlite_path(common.out))) {
     auto sink = SqliteSink::create(
         !common.out.empty() ? common.out : default_sqlite_path(cfg.out_dir), engine, meta);
@@ -74,6 +77,7 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
     print_error(sink.error().message);
     return sink.error().code == Errc::config ? kExitUsage : kExitFailure;
   }
+  if (run_dir) *run_dir = sink->get();
   sinks.add(make_run_dir_sink(std::move(*sink)));
   return std::nullopt;
 }
@@ -125,7 +129,30 @@ nlohmann::json raise_priority(bool wanted_by_config) {
 }  // namespace
 
 int run_session(const CommonOptions& common, const SessionOptions& so) {
+  if (so.mode == Mode::record && !so.slurm_job.empty()) return run_multinode_record(common, so);
   const bool streaming = so.mode == Mode::stream;
+  // run --slurm: the allocation, the launcher and the levels are checked before anything starts.
+  const bool multinode = so.mode == Mode::run && so.slurm;
+  SlurmAllocation alloc;
+  std::string launcher_program;
+  LevelSplit split;
+  if (multinode) {
+    auto a = allocation_from_environment();
+    if (auto* st = std::get_if<int>(&a)) return *st;
+    alloc = std::get<SlurmAllocation>(a);
+    auto l = find_launcher("run --slurm");
+    if (auto* st = std::get_if<int>(&l)) return *st;
+    launcher_program = std::get<std::string>(l);
+    auto sp = split_levels(common.levels, false);
+    if (auto* st = std::get_if<int>(&sp)) return *st;
+    split = std::get<LevelSplit>(sp);
+    if (common.format == "sqlite" || (common.format.empty() && is_sqlite_path(common.out))) {
+      print_error(
+          "run --slurm: multi-node runs are written as a run directory (CSV) for now; give --out "
+          "DIR; nothing was started");
+      return kExitUsage;
+    }
+  }
   auto fail = [&](const std::string& msg, int status) {
     print_error(msg);
     if (streaming) JsonStreamSink::error(STDOUT_FILENO, msg);
@@ -138,7 +165,9 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     return kExitUsage;
   }
   std::vector<Level> levels;
-  if (!common.levels.empty()) {
+  if (multinode) {
+    levels = split.local;
+  } else if (!common.levels.empty()) {
     auto parsed = parse_levels(common.levels);
     if (!parsed) return fail(parsed.error().message, kExitUsage);
     levels = *parsed;
@@ -180,9 +209,57 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   RunStats stats(engine);
   SinkSet sinks;
   sinks.add(make_stats_sink(stats));
-  if (auto status = add_output(common, so, *cfg, engine, target_pid, sinks)) return *status;
+  RunDirSink* run_dir = nullptr;
+  if (auto status = add_output(common, so, *cfg, engine, target_pid, sinks, &run_dir))
+    return *status;
+
+  // run --slurm: the agents' rows go to nodes/<node>/ of the run directory, the aggregate on this
+  // run's grid (a sink after the run directory's).
+  std::unique_ptr<multinode::Store> mn_store;
+  std::unique_ptr<multinode::Head> head;
+  std::unique_ptr<AgentLauncher> launcher;
+  std::vector<std::string> launcher_args;
+  if (multinode && run_dir) {
+    nlohmann::json base;
+    base["levels"] = levels_json(engine);
+    base["columns_by_level"] = columns_by_level_json(engine);
+    nlohmann::json files = nlohmann::json::object();
+    for (Level l : engine.levels())
+      files[std::string(level_name(l))] = fmt::format("perf_{}.csv", level_name(l));
+    base["files"] = files;
+    auto st = multinode::make_csv_store(
+        run_dir->dir(),
+        [run_dir](const std::string& k, nlohmann::json v) { run_dir->update(k, v); }, base);
+    if (!st) return fail(st.error().message, kExitFailure);
+    mn_store = std::move(*st);
+    launcher_args = launcher_argv(launcher_program, alloc, engine.interval_s(), split.agents,
+                                  common.config_file);
+    multinode::HeadOptions ho;
+    ho.job = alloc.job;
+    ho.expected_nodes = alloc.nodes;
+    ho.hostnames = alloc.hostnames;
+    ho.interval_s = engine.interval_s();
+    ho.levels = split.agents;
+    ho.launcher = launcher_args;
+    ho.head_host = engine.node_info().hostname;
+    head = std::make_unique<multinode::Head>(ho, *mn_store);
+    sinks.add(make_head_sink(*head));
+  }
 
   SignalGuard signals(/*with_sigchld=*/true);
+  if (head) {
+    // The agents first, so that they see the command from its start.
+    launcher = std::make_unique<AgentLauncher>(*head);
+    if (!launcher->start(launcher_args, signals.original(), alloc.job)) return kExitFailure;
+    if (!wait_for_agents(*head, signals.fd(), 30) || head->ready_nodes() == 0) {
+      launcher->stop();
+      head->finish(monotonic_now());
+      print_error(fmt::format(
+          "run --slurm: {}; the command was not started",
+          head->ready_nodes() == 0 ? "no agent started (see the lines above)" : "interrupted"));
+      return kExitFailure;
+    }
+  }
   RunStart start;
   pid_t child = -1;
   // `sonde run` is the child subreaper of its command: a process of the tree whose parent exits
@@ -237,6 +314,12 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     outcome.user_cpu_s = tv_s(usage.ru_utime);
     outcome.system_cpu_s = tv_s(usage.ru_stime);
   }
+  if (head) {
+    // The agents end with the command; the nodes' statuses and offsets go into the manifest
+    // before the run directory's end.
+    launcher->stop();
+    head->finish(monotonic_now());
+  }
   outcome.command = so.command;
   outcome.wall_s = monotonic_now() - sampler.start_time();
   outcome.run_dir = sinks.location();
@@ -256,6 +339,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   sinks.end(end);
 
   if (!streaming && !common.quiet) std::cerr << summary_text(end.summary);
+  if (head && !common.quiet) std::cerr << multinode::Head::summary_text(head->summary_json());
   if (!common.summary_json.empty()) {
     if (auto ok = write_file_atomic(common.summary_json, end.summary.dump(2) + "\n"); !ok)
       print_error(ok.error().message);

@@ -139,7 +139,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
         e->warn("level 'slurm' needs SLURM_JOB_ID in the target's environment; it is left out");
       continue;
     }
-    if (l != Level::system && target.pid <= 0) {
+    // The slurm level of `sonde agent` has the job, not a process, as its target.
+    if (l != Level::system && target.pid <= 0 && !(l == Level::slurm && target.slurm_job)) {
       if (explicit_levels)
         e->warn(fmt::format("level '{}' needs a target process; it is left out", level_name(l)));
       continue;

@@ -51,6 +51,8 @@ struct TargetInfo {
   int pid = 0;                           ///< 0 when there is no target (system only)
   std::uint32_t uid = 0;                 ///< real uid of the target (or of sonde without target)
   std::optional<std::string> slurm_job;  ///< SLURM_JOB_ID from the target's environment
+  /// A pid never counted at any level, nor its children: `sonde agent` itself (pid 0: none).
+  int exclude_pid = 0;
 };
 
 /// Discovers node info and limits for `target` (pid 0: sonde itself is used for affinity and

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/pid_reads.hpp"
+#include "core/slurm_job.hpp"
 
 namespace sonde {
 
@@ -123,6 +124,7 @@ ProcScanner::ProcScanner(Roots roots, TargetInfo target, std::array<bool, kNumLe
   proc_dir_fd_.reset(::open(roots_.proc.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   buf_.resize(4096);
   if (!target_.slurm_job) active_[level_index(Level::slurm)] = false;
+  if (active_[level_index(Level::slurm)]) slurm_cgroups_ = node_has_slurm_cgroups(roots_);
 }
 
 ProcScanner::~ProcScanner() = default;
@@ -169,8 +171,14 @@ bool ProcScanner::discover(int pid, Entry& e) {
     e.uid = parsed->uid_real;
   }
   if (active_[level_index(Level::slurm)]) {
+    // The job's cgroup where the node has them, else SLURM_JOB_ID; sonde's own multi-node
+    // launcher and agents (marked in their environment) are never in the job.
     auto env = read_file(roots_.proc + "/" + dir + "/environ");
-    if (env) e.slurm_job = procfs::environ_value(*env, "SLURM_JOB_ID");
+    static const std::string kUnreadable;
+    if (!(env && procfs::environ_value(*env, kAgentMarkerEnv)))
+      e.slurm_job =
+          slurm_job_of_process(roots_.proc + "/" + dir, slurm_cgroups_, env ? &*env : &kUnreadable)
+              .job;
   }
   return true;
 }
@@ -303,6 +311,11 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   auto resolve = [&](auto&& self, int pid, Entry& e) -> std::uint8_t {
     if (e.resolved) return e.level_mask;
     if (e.resolving) return 0;
+    if (target_.exclude_pid > 0 && (pid == target_.exclude_pid || e.ppid == target_.exclude_pid)) {
+      e.level_mask = 0;  // sonde itself (an agent) and its helper children
+      e.resolved = true;
+      return 0;
+    }
     e.resolving = true;
     std::uint8_t mask = 0;
     bool in_tree = target_.pid > 0 && pid == target_.pid;

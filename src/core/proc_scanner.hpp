@@ -150,6 +150,7 @@ class ProcScanner {
   TargetInfo target_;
   std::array<bool, kNumLevels> active_;
   ScanNeeds needs_;
+  bool slurm_cgroups_ = false;  ///< the node puts Slurm jobs into cgroups (node_has_slurm_cgroups)
   std::unordered_map<int, std::unique_ptr<Entry>> entries_;
   /// Vanished pids not yet matched with their parent's counter growth (oldest first).
   struct Pending {

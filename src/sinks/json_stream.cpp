@@ -93,8 +93,12 @@ bool JsonStreamSink::write(const Engine& engine, const Engine::Tick& tick) {
       append_number(line_, row[i], "null");
     }
     line_ += "}}\n";
+    if (per_line_) {
+      if (!emit(line_)) return false;
+      line_.clear();
+    }
   }
-  return emit(line_);
+  return line_.empty() || emit(line_);
 }
 
 }  // namespace sonde

@@ -25,10 +25,15 @@ class JsonStreamSink {
   static void error(int fd, const std::string& message);
   /// One line per level. Returns false when the reader went away (EPIPE).
   bool write(const Engine& engine, const Engine::Tick& tick);
+  /// Each line with a write() of its own (`sonde agent`: a launcher such as srun --label that
+  /// labels what it reads may then never see two lines in one read); default: one per tick.
+  void set_write_per_line(bool on) { per_line_ = on; }
+  /// Writes `s` (whole lines) to the output. Returns false when the reader went away.
+  bool emit(std::string_view s);
 
  private:
-  bool emit(std::string_view s);
   int fd_;
+  bool per_line_ = false;
   std::unique_ptr<JsonStreamV1> v1_;  ///< null: the current protocol
   std::string line_;
 };

@@ -1,0 +1,910 @@
+#include "sinks/multinode.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/fs.hpp"
+#include "sinks/format.hpp"
+
+namespace sonde::multinode {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+bool write_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    const ssize_t n = ::write(fd, s.data(), s.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+/// A node's name as a directory name: [A-Za-z0-9._-], others replaced by '_'.
+std::string safe_name(std::string_view name) {
+  std::string s(name.substr(0, 200));
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  if (s.empty() || s == "." || s == "..") return {};
+  return s;
+}
+
+double number_or_nan(const nlohmann::json& v) {
+  return v.is_number() ? v.get<double>() : kNaN;
+}
+
+std::string bytes_text(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
+}
+
+}  // namespace
+
+// ---- Lines
+// ---------------------------------------------------------------------------------------
+
+std::optional<Labeled> split_label(std::string_view line) {
+  std::size_t i = 0;
+  while (i < line.size() && line[i] == ' ') ++i;
+  const std::size_t digits = i;
+  int task = 0;
+  while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i])) && i - digits < 9)
+    task = task * 10 + (line[i++] - '0');
+  if (i == digits || i + 1 >= line.size() + 1 || i >= line.size() || line[i] != ':')
+    return std::nullopt;
+  ++i;
+  if (i < line.size() && line[i] == ' ') ++i;
+  return Labeled{task, line.substr(i)};
+}
+
+LineAssembler::Parse LineAssembler::parse(const std::string& text, nlohmann::json& out) {
+  try {
+    out = nlohmann::json::parse(text);
+    return out.is_object() ? Parse::complete : Parse::garbage;
+  } catch (const nlohmann::json::parse_error& e) {
+    // The parser stopped at the end of the text: the start of a document, not a broken one.
+    return e.byte >= text.size() && !text.empty() && text.front() == '{' ? Parse::incomplete
+                                                                         : Parse::garbage;
+  } catch (const std::exception&) {
+    return Parse::garbage;
+  }
+}
+
+std::optional<nlohmann::json> LineAssembler::feed(int task, std::string_view piece) {
+  // srun --unbuffered delivers a line's newline alone at times: an empty piece adds nothing.
+  if (piece.empty()) return std::nullopt;
+  nlohmann::json doc;
+  auto it = fragments_.find(task);
+  if (it != fragments_.end()) {
+    std::string candidate = it->second;
+    candidate += piece;
+    switch (parse(candidate, doc)) {
+      case Parse::complete:
+        fragments_.erase(it);
+        ++reassembled_;
+        return doc;
+      case Parse::incomplete:
+        if (candidate.size() > max_fragment_) {
+          ++garbage_;
+          fragments_.erase(it);
+          return std::nullopt;
+        }
+        it->second = std::move(candidate);
+        return std::nullopt;
+      case Parse::garbage:
+        // The fragment was garbage (or this piece does not continue it): start over.
+        ++garbage_;
+        fragments_.erase(it);
+        break;
+    }
+  }
+  std::string text(piece);
+  switch (parse(text, doc)) {
+    case Parse::complete: return doc;
+    case Parse::incomplete:
+      if (text.size() <= max_fragment_) fragments_[task] = std::move(text);
+      return std::nullopt;
+    case Parse::garbage: ++garbage_; return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// ---- Aggregation
+// ---------------------------------------------------------------------------------
+
+bool is_per_device_column(std::string_view name) {
+  const std::size_t us = name.rfind('_');
+  if (us == std::string_view::npos || us + 1 >= name.size()) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(us) + 1, name.end(),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+
+std::vector<std::string> aggregate_columns(const std::vector<std::vector<std::string>>& nodes) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& cols : nodes)
+    for (const auto& c : cols)
+      if (!is_per_device_column(c) && c != "nodes" && !c.starts_with("cpu_util_node_") &&
+          seen.insert(c).second)
+        out.push_back(c);
+  if (seen.count("cpu_util_avg")) {
+    out.push_back("cpu_util_node_min");
+    out.push_back("cpu_util_node_max");
+  }
+  out.push_back("nodes");
+  return out;
+}
+
+void aggregate_row(const std::vector<std::string>& columns, std::span<const NodeRow> rows,
+                   std::vector<double>& out) {
+  out.assign(columns.size(), kNaN);
+  // Each node's index of each aggregate column (nodes' schemas may differ).
+  auto value = [&](const NodeRow& r, const std::string& name) {
+    const auto& cols = *r.columns;
+    for (std::size_t i = 0; i < cols.size() && i < r.values.size(); ++i)
+      if (cols[i] == name) return r.values[i];
+    return kNaN;
+  };
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    const std::string& name = columns[c];
+    if (name == "nodes") {
+      out[c] = static_cast<double>(rows.size());
+      continue;
+    }
+    const bool node_min = name == "cpu_util_node_min", node_max = name == "cpu_util_node_max";
+    const std::string& source = node_min || node_max ? std::string("cpu_util_avg") : name;
+    double acc = kNaN, weight = 0;
+    for (const NodeRow& r : rows) {
+      const double v = value(r, source);
+      if (!std::isfinite(v)) continue;
+      if (node_min || ends_with(name, "_min")) {
+        acc = std::isfinite(acc) ? std::min(acc, v) : v;
+      } else if (node_max || ends_with(name, "_max")) {
+        acc = std::isfinite(acc) ? std::max(acc, v) : v;
+      } else if (ends_with(name, "_avg")) {
+        // A mean over every device of the job: each node weighs by its devices.
+        double w = 1;
+        if (name.starts_with("cpu_")) w = r.num_cpus;
+        if (name.starts_with("gpu_")) w = r.num_gpus;
+        if (!(w > 0)) continue;
+        acc = (std::isfinite(acc) ? acc : 0) + v * w;
+        weight += w;
+      } else {
+        acc = (std::isfinite(acc) ? acc : 0) + v;
+      }
+    }
+    if (ends_with(name, "_avg") && !node_min && !node_max)
+      out[c] = weight > 0 ? acc / weight : kNaN;
+    else
+      out[c] = acc;
+  }
+}
+
+// ---- The CSV store
+// -------------------------------------------------------------------------------
+
+namespace {
+
+class CsvStore final : public Store {
+ public:
+  CsvStore(std::string dir, UniqueFd dir_fd,
+           std::function<void(const std::string&, nlohmann::json)> set_key, nlohmann::json manifest)
+      : dir_(std::move(dir)),
+        dir_fd_(std::move(dir_fd)),
+        set_key_(std::move(set_key)),
+        manifest_(manifest.is_object() ? std::move(manifest) : nlohmann::json::object()) {}
+
+  Result<void> init() {
+    if (::mkdirat(dir_fd_.get(), "nodes", 0755) != 0 && errno != EEXIST)
+      return make_error(Errc::io,
+                        fmt::format("cannot create {}/nodes: {}", dir_, std::strerror(errno)));
+    UniqueFd nodes(
+        ::openat(dir_fd_.get(), "nodes", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!nodes)
+      return make_error(Errc::io,
+                        fmt::format("cannot open {}/nodes: {}", dir_, std::strerror(errno)));
+    nodes_fd_ = std::move(nodes);
+    if (!set_key_) return write_manifest();
+    return {};
+  }
+
+  Result<void> begin_node(const std::string& node, Level level,
+                          const std::vector<std::string>& columns) override {
+    auto& n = nodes_[node];
+    if (!n.dir) {
+      if (!is_plain_name(node))
+        return make_error(Errc::io, fmt::format("node name '{}' is not a file name", node));
+      if (::mkdirat(nodes_fd_.get(), node.c_str(), 0755) != 0 && errno != EEXIST)
+        return make_error(Errc::io, fmt::format("cannot create {}/nodes/{}: {}", dir_, node,
+                                                std::strerror(errno)));
+      n.dir.reset(
+          ::openat(nodes_fd_.get(), node.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!n.dir)
+        return make_error(
+            Errc::io, fmt::format("cannot open {}/nodes/{}: {}", dir_, node, std::strerror(errno)));
+    }
+    const std::string name = fmt::format("perf_{}.csv", level_name(level));
+    auto f = create_file_in(n.dir.get(), name, fmt::format("{}/nodes/{}/{}", dir_, node, name),
+                            O_APPEND);
+    if (!f) return f.error();
+    n.fds[level_index(level)] = std::move(*f);
+    return write_header(n.fds[level_index(level)].get(), columns,
+                        fmt::format("{}/nodes/{}/{}", dir_, node, name));
+  }
+
+  void node_row(const std::string& node, Level level, double time_s, double wallclock_s,
+                std::span<const double> values) override {
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) return;
+    write_row(it->second.fds[level_index(level)].get(), time_s, wallclock_s, values,
+              "nodes/" + node);
+  }
+
+  Result<void> begin_aggregate(Level level, const std::vector<std::string>& columns) override {
+    const std::string name = fmt::format("perf_{}.csv", level_name(level));
+    auto f = create_file_in(dir_fd_.get(), name, dir_ + "/" + name, O_APPEND);
+    if (!f) return f.error();
+    agg_[level_index(level)] = std::move(*f);
+    return write_header(agg_[level_index(level)].get(), columns, dir_ + "/" + name);
+  }
+
+  void aggregate_row(Level level, double time_s, double wallclock_s,
+                     std::span<const double> values) override {
+    write_row(agg_[level_index(level)].get(), time_s, wallclock_s, values, "the aggregate");
+  }
+
+  void set_manifest(const std::string& key, nlohmann::json value) override {
+    manifest_[key] = value;
+    if (set_key_) {
+      set_key_(key, std::move(value));
+    } else if (auto ok = write_manifest(); !ok) {
+      std::cerr << "sonde: error: " << ok.error().message << "\n";
+    }
+  }
+
+  nlohmann::json manifest(const std::string& key) const override {
+    return manifest_.contains(key) ? manifest_[key] : nlohmann::json();
+  }
+
+  bool failed() const override { return failed_; }
+
+ private:
+  struct NodeFiles {
+    UniqueFd dir;
+    std::array<UniqueFd, kNumLevels> fds;
+  };
+
+  Result<void> write_manifest() {
+    return replace_file_in(dir_fd_.get(), "manifest.json", manifest_.dump(2) + "\n",
+                           dir_ + "/manifest.json");
+  }
+
+  Result<void> write_header(int fd, const std::vector<std::string>& columns,
+                            const std::string& shown) {
+    std::string header = "time,wallclock";
+    for (const auto& c : columns) header += "," + c;
+    header += "\n";
+    if (!write_all(fd, header))
+      return make_error(Errc::io, fmt::format("cannot write {}: {}", shown, std::strerror(errno)));
+    return {};
+  }
+
+  void write_row(int fd, double time_s, double wallclock_s, std::span<const double> values,
+                 const std::string& what) {
+    if (failed_ || fd < 0) return;
+    line_.clear();
+    append_run_row(line_, time_s, wallclock_s, values);
+    if (!write_all(fd, line_)) {
+      failed_ = true;
+      std::cerr << fmt::format(
+          "sonde: error: writing {} rows in {} failed: {}; no more rows are written, the run "
+          "goes on and the rows already written stay valid\n",
+          what, dir_, std::strerror(errno));
+    }
+  }
+
+  std::string dir_;
+  UniqueFd dir_fd_, nodes_fd_;
+  std::function<void(const std::string&, nlohmann::json)> set_key_;
+  nlohmann::json manifest_;
+  std::unordered_map<std::string, NodeFiles> nodes_;
+  std::array<UniqueFd, kNumLevels> agg_;
+  std::string line_;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> make_csv_store(
+    const std::string& dir, std::function<void(const std::string&, nlohmann::json)> set_key,
+    nlohmann::json manifest) {
+  Result<UniqueFd> fd =
+      set_key ? open_output_dir(dir, false) : open_new_run_dir(dir, "choose another --out");
+  if (!fd) return fd.error();
+  auto store =
+      std::make_unique<CsvStore>(dir, std::move(*fd), std::move(set_key), std::move(manifest));
+  if (auto ok = store->init(); !ok) return ok.error();
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+// ---- The head
+// ------------------------------------------------------------------------------------
+
+struct Head::Node {
+  int task = -1;
+  std::string name;
+  bool ready = false;
+  std::string status = "starting";  // starting, running, complete, lost, failed
+  std::string reason;
+  double status_wallclock = kNaN;
+  bool ended = false;  // sent its end line
+  std::string end_reason;
+  nlohmann::json node_info = nlohmann::json::object();
+  std::array<std::vector<std::string>, kNumLevels> columns;
+  std::array<std::unordered_map<std::string, std::size_t>, kNumLevels> index;
+  std::array<bool, kNumLevels> has{};
+  std::array<double, kNumLevels> num_cpus{};
+  double num_gpus = 0;
+  std::optional<double> offset;  // max over lines of (node wallclock − head receipt)
+  double first_wallclock = kNaN, last_wallclock = kNaN;
+  std::uint64_t rows = 0;
+  Level first_level = Level::system;
+  double last_recv_monotonic = 0;
+  struct Latest {
+    std::vector<double> values;
+    double wallclock = kNaN;
+    bool valid = false;
+  };
+  std::array<Latest, kNumLevels> latest;
+  std::array<ColumnStats, 4> stats{};  // at the summary level: cpu cores, memory, io_read/write
+  std::uint64_t lines_after_end = 0;
+};
+
+namespace {
+Level summary_level(const std::vector<Level>& levels) {
+  return std::find(levels.begin(), levels.end(), Level::slurm) != levels.end() ? Level::slurm
+                                                                               : Level::system;
+}
+}  // namespace
+
+Head::Head(HeadOptions options, Store& store) : opts_(std::move(options)), store_(store) {
+  started_monotonic_ = monotonic_now();
+  for (int k = 0; k < opts_.expected_nodes; ++k) node_of_task(k);
+  nlohmann::json levels = nlohmann::json::array();
+  for (Level l : opts_.levels) levels.push_back(std::string(level_name(l)));
+  store_.set_manifest("multinode", {{"job", opts_.job},
+                                    {"launcher", opts_.launcher},
+                                    {"aggregate_levels", levels},
+                                    {"grid", "head"},
+                                    {"expected_nodes", opts_.expected_nodes},
+                                    {"interval", opts_.interval_s}});
+  write_nodes_manifest();
+}
+
+Head::~Head() = default;
+
+Head::Node& Head::node_of_task(int task) {
+  if (task >= static_cast<int>(nodes_.size())) nodes_.resize(static_cast<std::size_t>(task) + 1);
+  auto& n = nodes_[static_cast<std::size_t>(task)];
+  if (!n) {
+    n = std::make_unique<Node>();
+    n->task = task;
+    const std::string guess =
+        task < static_cast<int>(opts_.hostnames.size()) ? safe_name(opts_.hostnames[task]) : "";
+    n->name = !guess.empty() ? guess : fmt::format("task{}", task);
+  }
+  return *n;
+}
+
+void Head::on_line(std::string_view line, double recv_wallclock, double recv_monotonic) {
+  std::lock_guard lock(mutex_);
+  auto labeled = split_label(line);
+  if (!labeled || labeled->task > 1'000'000) {
+    ++unlabeled_;
+    return;
+  }
+  auto doc = assembler_.feed(labeled->task, labeled->text);
+  if (!doc) return;
+  if (queue_.size() >= opts_.max_queued) {
+    // Bounded memory: the oldest sample goes (ready/end/error lines are kept).
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [](const Message& m) { return m.doc.contains("level"); });
+    if (it == queue_.end()) return;
+    queue_.erase(it);
+    ++dropped_;
+  }
+  queue_.push_back(Message{labeled->task, std::move(*doc), recv_wallclock, recv_monotonic});
+}
+
+void Head::on_launcher_exit(std::string why) {
+  std::lock_guard lock(mutex_);
+  launcher_exit_ = std::move(why);
+}
+
+bool Head::launcher_ended() const {
+  std::lock_guard lock(mutex_);
+  return launcher_exit_.has_value();
+}
+
+std::uint64_t Head::garbage_lines() const {
+  std::lock_guard lock(mutex_);
+  return assembler_.garbage() + unlabeled_;
+}
+
+int Head::ready_nodes() const {
+  int n = 0;
+  for (const auto& node : nodes_)
+    if (node && node->ready) ++n;
+  return n;
+}
+
+bool Head::all_settled() const {
+  for (const auto& node : nodes_)
+    if (node && node->status == "starting") return false;
+  return !nodes_.empty();
+}
+
+void Head::set_status(Node& n, const char* status, std::string reason, double at_wallclock) {
+  n.status = status;
+  n.reason = std::move(reason);
+  n.status_wallclock = at_wallclock;
+  manifest_dirty_ = true;
+  if (n.status == "lost" || n.status == "failed")
+    std::cerr << fmt::format("sonde: warning: node {} (task {}) {}: {}; the run goes on\n", n.name,
+                             n.task, n.status, n.reason);
+}
+
+void Head::handle_ready(Node& n, const nlohmann::json& doc) {
+  if (n.ready) return;
+  std::string name = doc.contains("node") && doc["node"].is_string()
+                         ? safe_name(doc["node"].get<std::string>())
+                         : std::string();
+  if (name.empty()) name = n.name;
+  // Two tasks on one node (or a launcher that gives no distinct names): each its own entry.
+  for (const auto& other : nodes_)
+    if (other && other.get() != &n && other->ready && other->name == name)
+      name += fmt::format("-task{}", n.task);
+  n.name = name;
+  if (doc.contains("node_info") && doc["node_info"].is_object()) n.node_info = doc["node_info"];
+  n.num_gpus = n.node_info.contains("num_gpus") ? number_or_nan(n.node_info["num_gpus"]) : 0;
+  if (!std::isfinite(n.num_gpus)) n.num_gpus = 0;
+  const nlohmann::json cols =
+      doc.contains("columns_by_level") && doc["columns_by_level"].is_object()
+          ? doc["columns_by_level"]
+          : nlohmann::json::object();
+  bool first = true;
+  for (Level l : opts_.levels) {
+    const std::string lname(level_name(l));
+    if (!cols.contains(lname) || !cols[lname].is_array()) continue;
+    auto& names = n.columns[level_index(l)];
+    for (const auto& c : cols[lname])
+      if (c.is_string() && c.get<std::string>() != "time") names.push_back(c.get<std::string>());
+    for (std::size_t i = 0; i < names.size(); ++i) n.index[level_index(l)][names[i]] = i;
+    if (auto ok = store_.begin_node(n.name, l, names); !ok) {
+      std::cerr << "sonde: error: " << ok.error().message << "\n";
+      continue;
+    }
+    n.has[level_index(l)] = true;
+    n.num_cpus[level_index(l)] = level_num_cpus(n.node_info, l);
+    if (first) n.first_level = l;
+    first = false;
+  }
+  n.ready = true;
+  set_status(n, "running", "", number_or_nan(doc.value("wallclock", nlohmann::json())));
+}
+
+void Head::handle_sample(Node& n, const nlohmann::json& doc) {
+  if (!n.ready) return;
+  if (n.status != "running") {
+    ++n.lines_after_end;
+    return;
+  }
+  const auto* level_name_v = doc.find("level") != doc.end() && doc["level"].is_string()
+                                 ? &doc["level"].get_ref<const std::string&>()
+                                 : nullptr;
+  if (!level_name_v) return;
+  auto level = parse_level(*level_name_v);
+  if (!level || !n.has[level_index(*level)]) return;
+  const std::size_t li = level_index(*level);
+  const double wallclock = number_or_nan(doc.value("wallclock", nlohmann::json()));
+  if (!doc.contains("sample") || !doc["sample"].is_object() || !std::isfinite(wallclock)) return;
+  auto& latest = n.latest[li];
+  latest.values.assign(n.columns[li].size(), kNaN);
+  double time = kNaN;
+  for (const auto& [key, v] : doc["sample"].items()) {
+    if (key == "time") {
+      time = number_or_nan(v);
+      continue;
+    }
+    auto it = n.index[li].find(key);
+    if (it != n.index[li].end()) latest.values[it->second] = number_or_nan(v);
+  }
+  latest.wallclock = wallclock;
+  latest.valid = true;
+  store_.node_row(n.name, *level, time, wallclock, latest.values);
+  if (*level == n.first_level) {
+    ++n.rows;
+    if (!std::isfinite(n.first_wallclock)) n.first_wallclock = wallclock;
+    n.last_wallclock = wallclock;
+  }
+  if (*level == summary_level(opts_.levels)) {
+    const double dt = opts_.interval_s;
+    auto col = [&](const char* name) {
+      auto it = n.index[li].find(name);
+      return it == n.index[li].end() ? kNaN : latest.values[it->second];
+    };
+    n.stats[0].add(col("cpu_util_avg") / 100 * n.num_cpus[li], dt);
+    n.stats[1].add(col("memory"), dt);
+    n.stats[2].add(col("io_read"), dt);
+    n.stats[3].add(col("io_write"), dt);
+  }
+}
+
+void Head::handle(Message& m) {
+  Node& n = node_of_task(m.task);
+  n.last_recv_monotonic = std::max(n.last_recv_monotonic, m.recv_monotonic);
+  const nlohmann::json& doc = m.doc;
+  if (auto w = doc.find("wallclock"); w != doc.end() && w->is_number()) {
+    const double d = w->get<double>() - m.recv_wallclock;
+    if (!n.offset || d > *n.offset) n.offset = d;
+  }
+  const std::string status =
+      doc.contains("status") && doc["status"].is_string() ? doc["status"].get<std::string>() : "";
+  if (status == "ready") {
+    handle_ready(n, doc);
+  } else if (status == "end") {
+    n.ended = true;
+    n.end_reason = doc.value("reason", std::string());
+  } else if (status == "error") {
+    if (n.status == "starting" || n.status == "running")
+      set_status(n, "failed",
+                 "the agent reported: " + (doc.contains("error") && doc["error"].is_string()
+                                               ? doc["error"].get<std::string>()
+                                               : doc.dump()),
+                 wallclock_now());
+  } else if (doc.contains("level")) {
+    handle_sample(n, doc);
+  }
+}
+
+void Head::check_faults(double now_monotonic, double now_wallclock) {
+  std::optional<std::string> exit;
+  {
+    std::lock_guard lock(mutex_);
+    exit = launcher_exit_;
+  }
+  const double lost_after = opts_.lost_after_intervals * opts_.interval_s;
+  for (auto& np : nodes_) {
+    if (!np) continue;
+    Node& n = *np;
+    if (n.status == "running") {
+      const bool deferred = opts_.confirm_agent_ends && !apply_ends_;
+      if (deferred && (n.ended || exit)) continue;  // the job's end, or a fault: confirm_ends
+      if (n.ended)
+        set_status(n, "lost",
+                   fmt::format("the agent ended while the run went on ({})",
+                               n.end_reason.empty() ? "no reason given" : n.end_reason),
+                   now_wallclock);
+      else if (exit)
+        set_status(n, "lost", fmt::format("the launcher ended: {}", *exit), now_wallclock);
+      else if (now_monotonic - n.last_recv_monotonic > lost_after)
+        set_status(n, "lost",
+                   fmt::format("no line for {:.1f} s ({:g} intervals); its last row was at "
+                               "wallclock {:.3f}",
+                               now_monotonic - n.last_recv_monotonic, opts_.lost_after_intervals,
+                               n.last_wallclock),
+                   now_wallclock);
+    } else if (n.status == "starting") {
+      if (exit)
+        set_status(n, "failed", fmt::format("no ready line; the launcher ended: {}", *exit),
+                   now_wallclock);
+      else if (now_monotonic - started_monotonic_ > opts_.start_grace_s)
+        set_status(n, "failed", fmt::format("no ready line within {:g} s", opts_.start_grace_s),
+                   now_wallclock);
+    }
+  }
+}
+
+bool Head::agents_ending() const {
+  const bool exited = launcher_ended();
+  for (const auto& n : nodes_)
+    if (n && n->status == "running" && (n->ended || exited)) return true;
+  return false;
+}
+
+void Head::confirm_ends(bool job_running, double now_monotonic) {
+  if (job_running) {
+    apply_ends_ = true;
+    check_faults(now_monotonic, wallclock_now());
+    apply_ends_ = false;
+  } else {
+    for (auto& n : nodes_)
+      if (n && n->status == "running") set_status(*n, "complete", "", wallclock_now());
+  }
+  if (manifest_dirty_) write_nodes_manifest();
+}
+
+void Head::poll(double now_monotonic) {
+  {
+    std::lock_guard lock(mutex_);
+    work_.swap(queue_);
+  }
+  for (Message& m : work_) handle(m);
+  work_.clear();
+  check_faults(now_monotonic, wallclock_now());
+  if (!schema_fixed_) fix_schema(now_monotonic);
+  if (manifest_dirty_) write_nodes_manifest();
+}
+
+bool Head::fix_schema(double now_monotonic) {
+  const int ready = ready_nodes();
+  if (ready == 0) return false;
+  if (!all_settled() && now_monotonic - started_monotonic_ <= opts_.start_grace_s) return false;
+  nlohmann::json levels = store_.manifest("levels");
+  if (!levels.is_array()) levels = nlohmann::json::array();
+  nlohmann::json columns = store_.manifest("columns_by_level");
+  if (!columns.is_object()) columns = nlohmann::json::object();
+  nlohmann::json files = store_.manifest("files");
+  if (!files.is_object()) files = nlohmann::json::object();
+  for (Level l : opts_.levels) {
+    std::vector<std::vector<std::string>> node_columns;
+    for (const auto& n : nodes_)
+      if (n && n->ready && n->has[level_index(l)])
+        node_columns.push_back(n->columns[level_index(l)]);
+    if (node_columns.empty()) continue;
+    auto cols = aggregate_columns(node_columns);
+    if (auto ok = store_.begin_aggregate(l, cols); !ok) {
+      std::cerr << "sonde: error: " << ok.error().message << "\n";
+      continue;
+    }
+    const std::string lname(level_name(l));
+    levels.push_back(lname);
+    columns[lname] = cols;
+    files[lname] = fmt::format("perf_{}.csv", lname);
+    agg_columns_[level_index(l)] = std::move(cols);
+  }
+  schema_fixed_ = true;
+  store_.set_manifest("levels", levels);
+  store_.set_manifest("columns_by_level", columns);
+  store_.set_manifest("files", files);
+  return true;
+}
+
+void Head::tick(double time_s, double wallclock_s) {
+  poll(time_s);
+  if (!schema_fixed_) return;
+  const double I = opts_.interval_s;
+  const Level sl = summary_level(opts_.levels);
+  for (Level l : opts_.levels) {
+    const std::size_t li = level_index(l);
+    if (agg_columns_[li].empty()) continue;
+    std::vector<NodeRow> rows;
+    double cores = kNaN;
+    for (const auto& np : nodes_) {
+      if (!np || np->status != "running" || !np->has[li] || !np->latest[li].valid) continue;
+      const Node& n = *np;
+      // The node's row on the head's grid: its own wallclock less its clock's offset, within
+      // the interval that ends at this tick (a row may serve two ticks when they straddle it).
+      const double aligned = n.latest[li].wallclock - n.offset.value_or(0);
+      if (!(aligned > wallclock_s - 1.5 * I && aligned <= wallclock_s + 0.5 * I)) continue;
+      rows.push_back(NodeRow{&n.columns[li], n.latest[li].values, n.num_cpus[li], n.num_gpus});
+      if (l == sl) {
+        auto it = n.index[li].find("cpu_util_avg");
+        if (it != n.index[li].end() && std::isfinite(n.latest[li].values[it->second]))
+          cores = (std::isfinite(cores) ? cores : 0) +
+                  n.latest[li].values[it->second] / 100 * n.num_cpus[li];
+      }
+    }
+    aggregate_row(agg_columns_[li], rows, agg_row_);
+    store_.aggregate_row(l, time_s, wallclock_s, agg_row_);
+    if (l == sl) {
+      ++agg_rows_;
+      auto at = [&](const char* name) {
+        for (std::size_t i = 0; i < agg_columns_[li].size(); ++i)
+          if (agg_columns_[li][i] == name) return agg_row_[i];
+        return kNaN;
+      };
+      agg_stats_[0].add(cores, I);
+      agg_stats_[1].add(at("memory"), I);
+      agg_stats_[2].add(at("io_read"), I);
+      agg_stats_[3].add(at("io_write"), I);
+    }
+  }
+  last_tick_wallclock_ = wallclock_s;
+}
+
+void Head::finish(double now_monotonic) {
+  {
+    std::lock_guard lock(mutex_);
+    work_.swap(queue_);
+  }
+  for (Message& m : work_) handle(m);
+  work_.clear();
+  const double now = wallclock_now();
+  for (auto& np : nodes_) {
+    if (!np) continue;
+    Node& n = *np;
+    if (n.status == "running") {
+      if (n.ended)
+        set_status(n, "complete", "", now);
+      else
+        set_status(n, "lost", "no end line from the agent when the run ended", now);
+    } else if (n.status == "starting") {
+      set_status(n, "failed", "no ready line before the run ended", now);
+    }
+  }
+  (void)now_monotonic;
+  nlohmann::json mn = store_.manifest("multinode");
+  if (!mn.is_object()) mn = nlohmann::json::object();
+  {
+    std::lock_guard lock(mutex_);
+    mn["garbage_lines"] = assembler_.garbage() + unlabeled_;
+    mn["reassembled_lines"] = assembler_.reassembled();
+    mn["dropped_lines"] = dropped_;
+    mn["launcher_exit"] = launcher_exit_ ? nlohmann::json(*launcher_exit_) : nlohmann::json();
+  }
+  mn["summary"] = summary_json();
+  // What 100 % of the aggregate's cpu_util_avg is: the CPUs of the nodes, per level.
+  nlohmann::json cpus = nlohmann::json::object();
+  for (Level l : opts_.levels) {
+    double sum = 0;
+    for (const auto& n : nodes_)
+      if (n && n->ready && n->has[level_index(l)] && std::isfinite(n->num_cpus[level_index(l)]))
+        sum += n->num_cpus[level_index(l)];
+    cpus[std::string(level_name(l))] = sum;
+  }
+  mn["aggregate_num_cpus"] = cpus;
+  store_.set_manifest("multinode", mn);
+  write_nodes_manifest();
+}
+
+nlohmann::json Head::nodes_json() const {
+  std::vector<const Node*> sorted;
+  for (const auto& n : nodes_)
+    if (n) sorted.push_back(n.get());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Node* a, const Node* b) { return a->name < b->name; });
+  nlohmann::json out = nlohmann::json::array();
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  for (const Node* n : sorted) {
+    nlohmann::json cols = nlohmann::json::object();
+    for (Level l : opts_.levels)
+      if (n->has[level_index(l)]) cols[std::string(level_name(l))] = n->columns[level_index(l)];
+    const bool final_status =
+        n->status == "complete" || n->status == "lost" || n->status == "failed";
+    out.push_back(
+        {{"name", n->name},
+         {"task", n->task},
+         {"head", !opts_.head_host.empty() && n->name == opts_.head_host},
+         {"node_info", n->node_info},
+         {"clock_offset_s", n->offset ? nlohmann::json(*n->offset) : nlohmann::json()},
+         {"status", n->status},
+         {"reason", n->reason},
+         {"status_wallclock",
+          final_status || n->status == "running" ? num(n->status_wallclock) : nlohmann::json()},
+         {"first_wallclock", num(n->first_wallclock)},
+         {"last_wallclock", num(n->last_wallclock)},
+         {"rows", n->rows},
+         {"columns_by_level", cols}});
+  }
+  return out;
+}
+
+void Head::write_nodes_manifest() {
+  manifest_dirty_ = false;
+  store_.set_manifest("nodes", nodes_json());
+}
+
+nlohmann::json Head::summary_json() const {
+  const Level sl = summary_level(opts_.levels);
+  auto figures = [](const std::array<ColumnStats, 4>& s, double interval) {
+    auto mean = [](const ColumnStats& c) {
+      return c.count ? nlohmann::json(c.sum / static_cast<double>(c.count)) : nlohmann::json();
+    };
+    (void)interval;
+    return nlohmann::json{
+        {"cpu_mean_cores", mean(s[0])},
+        {"cpu_peak_cores", s[0].count ? nlohmann::json(s[0].max) : nlohmann::json()},
+        {"memory_peak_gib", s[1].count ? nlohmann::json(s[1].max) : nlohmann::json()},
+        {"read_bytes", s[2].count ? nlohmann::json(s[2].integral) : nlohmann::json()},
+        {"written_bytes", s[3].count ? nlohmann::json(s[3].integral) : nlohmann::json()}};
+  };
+  nlohmann::json j;
+  j["job"] = opts_.job;
+  j["level"] = std::string(level_name(sl));
+  nlohmann::json agg = figures(agg_stats_, opts_.interval_s);
+  agg["rows"] = agg_rows_;
+  double cpus = 0;
+  int counted = 0;
+  nlohmann::json per_node = nlohmann::json::array();
+  std::vector<const Node*> sorted;
+  for (const auto& n : nodes_)
+    if (n) sorted.push_back(n.get());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Node* a, const Node* b) { return a->name < b->name; });
+  for (const Node* n : sorted) {
+    nlohmann::json e = figures(n->stats, opts_.interval_s);
+    e["name"] = n->name;
+    e["status"] = n->status;
+    e["reason"] = n->reason;
+    e["rows"] = n->rows;
+    const double c = n->num_cpus[level_index(sl)];
+    e["num_cpus"] = std::isfinite(c) && c > 0 ? nlohmann::json(c) : nlohmann::json();
+    if (std::isfinite(c) && c > 0 && n->ready) {
+      cpus += c;
+      ++counted;
+    }
+    per_node.push_back(e);
+  }
+  agg["num_cpus"] = counted ? nlohmann::json(cpus) : nlohmann::json();
+  j["nodes"] = static_cast<int>(sorted.size());
+  j["aggregate"] = agg;
+  j["per_node"] = per_node;
+  return j;
+}
+
+std::string Head::summary_text(const nlohmann::json& s) {
+  auto num = [](const nlohmann::json& o, const char* key) -> std::optional<double> {
+    if (!o.contains(key) || !o[key].is_number()) return std::nullopt;
+    return o[key].get<double>();
+  };
+  auto line = [&](const std::string& name, const nlohmann::json& o) {
+    std::string out = fmt::format("  {:<12}", name);
+    if (auto m = num(o, "cpu_mean_cores"))
+      out += fmt::format(" CPU mean {:.2f} cores, peak {:.2f}", *m,
+                         num(o, "cpu_peak_cores").value_or(0));
+    else
+      out += " CPU -";
+    if (auto c = num(o, "num_cpus")) out += fmt::format(" of {:g}", *c);
+    if (auto m = num(o, "memory_peak_gib")) out += fmt::format("; memory peak {:.3f} GiB", *m);
+    if (auto r = num(o, "read_bytes"))
+      out += fmt::format("; I/O read {}, written {}", bytes_text(*r),
+                         bytes_text(num(o, "written_bytes").value_or(0)));
+    return out;
+  };
+  std::string out = fmt::format(
+      "sonde multi-node summary (job {}, {} nodes, {} level, {} rows on the head's grid)\n",
+      s.value("job", std::string()), s.value("nodes", 0), s.value("level", std::string()),
+      s.contains("aggregate") ? s["aggregate"].value("rows", 0) : 0);
+  if (s.contains("aggregate")) out += line("all nodes", s["aggregate"]) + "\n";
+  if (s.contains("per_node"))
+    for (const auto& n : s["per_node"]) {
+      out += line(n.value("name", std::string("?")), n);
+      const std::string status = n.value("status", std::string());
+      if (status != "complete")
+        out += fmt::format("; {}{}", status,
+                           n.value("reason", std::string()).empty()
+                               ? std::string()
+                               : ": " + n.value("reason", std::string()));
+      out += "\n";
+    }
+  (void)kGiB;
+  return out;
+}
+
+}  // namespace sonde::multinode

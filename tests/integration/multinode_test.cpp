@@ -1,0 +1,424 @@
+// One run for a multi-node Slurm job (docs/multinode.md), through the real binary with a fake
+// launcher (tests/multinode/fake_srun: N local `sonde agent`s, their lines labeled as srun
+// --label does) and fake squeue/scontrol (tests/multinode/fake_slurm). Every fake node sees the
+// same machine, so a process of the job is seen by each of them: the aggregate is N times one
+// node, and every aggregate row is checked against the nodes' own files.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/run_helpers.hpp"
+
+namespace sonde::test {
+namespace {
+
+const std::string kFakeSrun = std::string(SONDE_SOURCE_DIR) + "/tests/multinode/fake_srun";
+const std::string kFakeSlurm = std::string(SONDE_SOURCE_DIR) + "/tests/multinode/fake_slurm";
+
+/// A job id of this test process (agents of two tests never count each other's workloads).
+std::string job_id() {
+  static int n = 0;
+  return std::to_string(4'000'000 + ::getpid() * 10 + n++);
+}
+
+RunOptions in_allocation(const std::string& job, int nodes,
+                         std::vector<std::pair<std::string, std::string>> extra = {}) {
+  RunOptions o;
+  o.env = {
+      {"SLURM_JOB_ID", job},
+      {"SLURM_JOB_NUM_NODES", std::to_string(nodes)},
+      {"SONDE_SRUN", kFakeSrun},
+      {"PATH", kFakeSlurm + ":" + std::string(std::getenv("PATH") ? std::getenv("PATH") : "")}};
+  for (auto& e : extra) o.env.push_back(std::move(e));
+  o.unset_env = {"SLURM_NNODES", "SLURM_JOB_NODELIST"};
+  o.timeout_s = 120;
+  return o;
+}
+
+double cell(const CsvTable& t, std::size_t row, const std::string& col) {
+  const std::string& s = t.rows[row][t.index(col)];
+  return s.empty() ? std::nan("") : std::stod(s);
+}
+
+/// The node rows that may stand for the aggregate row at head wallclock `w` (the head's rule:
+/// node wallclock − clock offset within (w − 1.5 I, w + 0.5 I]).
+std::vector<std::size_t> candidates(const CsvTable& node, double offset, double w, double I) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < node.rows.size(); ++i) {
+    const double aligned = cell(node, i, "wallclock") - offset;
+    if (aligned > w - 1.5 * I - 1e-6 && aligned <= w + 0.5 * I + 1e-6) out.push_back(i);
+  }
+  return out;
+}
+
+struct Node {
+  std::string name;
+  CsvTable slurm;
+  double offset = 0;
+  double cpus = 0;
+};
+
+std::vector<Node> read_nodes(const fs::path& run, const nlohmann::json& manifest) {
+  std::vector<Node> nodes;
+  for (const auto& n : manifest["nodes"]) {
+    Node node;
+    node.name = n["name"];
+    node.slurm = read_csv(run / "nodes" / node.name / "perf_slurm.csv");
+    node.offset = n["clock_offset_s"].is_number() ? n["clock_offset_s"].get<double>() : 0;
+    const auto& ni = n["node_info"];
+    node.cpus = ni.contains("cpus_per_level")
+                    ? ni["cpus_per_level"]["slurm"]["num_cpus"].get<double>()
+                    : ni["num_system_cpus"].get<double>();
+    nodes.push_back(std::move(node));
+  }
+  return nodes;
+}
+
+/// Every aggregate row with all nodes is, for one choice of each node's candidate rows, exactly
+/// their sum (num_procs, memory), weighted mean (cpu_util_avg) and max (cpu_util_max).
+void check_aggregate_arithmetic(const CsvTable& agg, const std::vector<Node>& nodes, double I,
+                                std::size_t& checked) {
+  for (std::size_t r = 0; r < agg.rows.size(); ++r) {
+    if (cell(agg, r, "nodes") != static_cast<double>(nodes.size())) continue;
+    const double w = cell(agg, r, "wallclock");
+    std::vector<std::vector<std::size_t>> cand;
+    for (const auto& n : nodes) cand.push_back(candidates(n.slurm, n.offset, w, I));
+    bool found = false;
+    std::vector<std::size_t> pick(nodes.size(), 0);
+    std::function<void(std::size_t)> search = [&](std::size_t k) {
+      if (found) return;
+      if (k == nodes.size()) {
+        double procs = 0, mem = 0, cpu_w = 0, cpus = 0, cpu_max = -1;
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+          const auto& t = nodes[i].slurm;
+          procs += cell(t, pick[i], "num_procs");
+          mem += cell(t, pick[i], "memory");
+          cpu_w += cell(t, pick[i], "cpu_util_avg") * nodes[i].cpus;
+          cpus += nodes[i].cpus;
+          cpu_max = std::max(cpu_max, cell(t, pick[i], "cpu_util_max"));
+        }
+        auto near = [](double a, double b) {
+          return std::fabs(a - b) <= 1e-6 * (1 + std::fabs(b));
+        };
+        found = near(cell(agg, r, "num_procs"), procs) && near(cell(agg, r, "memory"), mem) &&
+                near(cell(agg, r, "cpu_util_avg"), cpu_w / cpus) &&
+                near(cell(agg, r, "cpu_util_max"), cpu_max);
+        return;
+      }
+      for (std::size_t c : cand[k]) {
+        pick[k] = c;
+        search(k + 1);
+      }
+    };
+    search(0);
+    EXPECT_TRUE(found) << "aggregate row " << r << " (wallclock " << w
+                       << ") is not the sum of the nodes' rows";
+    ++checked;
+  }
+}
+
+TEST(Multinode, AggregateIsTheNodesSumAndEveryNodeSeesTheJob) {
+  const std::string job = job_id();
+  const fs::path dir = scratch_dir();
+  const RunResult r = run_command({sonde_binary(), "run", "--slurm", "--interval", "0.5", "--out",
+                                   (dir / "out").string(), "--", workload_binary(), "burn", "4"},
+                                  in_allocation(job, 3));
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const fs::path run = find_run_dir(dir / "out");
+  const nlohmann::json m = read_json(run / "manifest.json");
+  ASSERT_TRUE(m.contains("multinode")) << m.dump(2);
+  EXPECT_EQ(m["multinode"]["job"], job);
+  EXPECT_EQ(m["multinode"]["grid"], "head");
+  EXPECT_EQ(m["multinode"]["launcher"][0], kFakeSrun);
+  EXPECT_EQ(m["multinode"]["aggregate_levels"], nlohmann::json::array({"slurm", "system"}));
+  EXPECT_TRUE(m["complete"].get<bool>());
+  ASSERT_EQ(m["nodes"].size(), 3u);
+  std::vector<std::string> names;
+  for (const auto& n : m["nodes"]) {
+    names.push_back(n["name"]);
+    EXPECT_EQ(n["status"], "complete") << n.dump();
+    EXPECT_EQ(n["reason"], "");
+    EXPECT_GE(n["rows"].get<int>(), 5) << n.dump();
+    EXPECT_TRUE(n["clock_offset_s"].is_number());
+    EXPECT_LT(std::fabs(n["clock_offset_s"].get<double>()), 0.5) << "one machine, one clock";
+    EXPECT_TRUE(n["node_info"].contains("num_system_cpus"));
+    EXPECT_TRUE(fs::exists(run / "nodes" / n["name"].get<std::string>() / "perf_system.csv"));
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"n1", "n2", "n3"}));
+  // The head's own command, as in a single-node run.
+  const CsvTable process = read_csv(run / "perf_process.csv");
+  ASSERT_GE(process.rows.size(), 5u);
+  EXPECT_GT(max_value(process.numbers("cpu_util_avg")), 20.0);
+
+  const CsvTable agg = read_csv(run / "perf_slurm.csv");
+  for (const char* c : {"time", "wallclock", "cpu_util_avg", "cpu_util_min", "cpu_util_max",
+                        "memory", "num_procs", "cpu_util_node_min", "cpu_util_node_max", "nodes"})
+    EXPECT_TRUE(agg.has_column(c)) << c;
+  EXPECT_TRUE(agg.numbered_columns("cpu_util_").empty()) << "per-device columns stay per node";
+  ASSERT_GE(agg.rows.size(), 5u);
+  EXPECT_TRUE(m["levels"].get<std::vector<std::string>>() ==
+              (std::vector<std::string>{"process", "slurm", "system"}))
+      << m["levels"].dump();
+  EXPECT_EQ(m["files"]["slurm"], "perf_slurm.csv");
+
+  const std::vector<Node> nodes = read_nodes(run, m);
+  std::size_t checked = 0;
+  check_aggregate_arithmetic(agg, nodes, 0.5, checked);
+  EXPECT_GE(checked, 4u) << "aggregate rows with all 3 nodes";
+
+  // Every node sees the burning command (one core), so the job's aggregate is three cores.
+  std::vector<double> node_cores;
+  for (const auto& n : nodes) {
+    const auto cpu = n.slurm.numbers("cpu_util_avg");
+    const auto t = n.slurm.numbers("time");
+    node_cores.push_back(integrate(t, cpu) / 100 * n.cpus);  // CPU seconds seen on the node
+  }
+  for (double c : node_cores) {
+    EXPECT_GT(c, 2.0) << "each node saw the 4 s burn";
+    EXPECT_NEAR(c, node_cores[0], 0.15 * node_cores[0] + 0.2) << "all nodes see the same job";
+  }
+  double total_cpus = 0;
+  for (const auto& n : nodes) total_cpus += n.cpus;
+  const double agg_cpu_s =
+      integrate(agg.numbers("time"), agg.numbers("cpu_util_avg")) / 100 * total_cpus;
+  const double sum_nodes = node_cores[0] + node_cores[1] + node_cores[2];
+  EXPECT_NEAR(agg_cpu_s, sum_nodes, 0.2 * sum_nodes) << "the aggregate sums the nodes";
+  // The summary on stderr: the aggregate, then one line per node.
+  const auto at = r.err.find("sonde multi-node summary");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string tail = r.err.substr(at);
+  EXPECT_NE(tail.find("all nodes"), std::string::npos) << tail;
+  for (const char* n : {"\n  n1 ", "\n  n2 ", "\n  n3 "})
+    EXPECT_NE(tail.find(n), std::string::npos) << tail;
+}
+
+TEST(Multinode, AnAgentKilledMidRunIsLostAndTheRunGoesOn) {
+  const std::string job = job_id();
+  const fs::path dir = scratch_dir();
+  const fs::path pids = dir / "pids";
+  BackgroundProcess head({sonde_binary(), "run", "--slurm", "--interval", "0.3", "--out",
+                          (dir / "out").string(), "--", workload_binary(), "hold", "32", "5"},
+                         in_allocation(job, 3, {{"FAKE_SRUN_PIDS", pids.string()}}));
+  for (int i = 0; i < 100 && !fs::exists(pids); ++i) sleep_for(0.1);
+  ASSERT_TRUE(fs::exists(pids)) << head.err();
+  sleep_for(1.5);
+  std::ifstream in(pids);
+  int task = 0, pid = 0, victim = 0;
+  while (in >> task >> pid)
+    if (task == 1) victim = pid;
+  ASSERT_GT(victim, 0);
+  const double killed_at = static_cast<double>(std::time(nullptr));
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const auto status = head.wait(60);
+  ASSERT_TRUE(status.has_value()) << head.err();
+  EXPECT_EQ(*status, 0) << "the command's status: " << head.err();
+  EXPECT_NE(head.err().find("node n2 (task 1) lost"), std::string::npos) << head.err();
+
+  const fs::path run = find_run_dir(dir / "out");
+  const nlohmann::json m = read_json(run / "manifest.json");
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& n : m["nodes"]) by_name[n["name"]] = n;
+  ASSERT_EQ(by_name.size(), 3u);
+  EXPECT_EQ(by_name["n1"]["status"], "complete");
+  EXPECT_EQ(by_name["n3"]["status"], "complete");
+  EXPECT_EQ(by_name["n2"]["status"], "lost") << by_name["n2"].dump();
+  EXPECT_NE(by_name["n2"]["reason"].get<std::string>().find("no line for"), std::string::npos)
+      << by_name["n2"].dump();
+  const double lost_at = by_name["n2"]["status_wallclock"].get<double>();
+  EXPECT_GE(lost_at, killed_at - 1);
+  // Its rows stop; the others go on to the end.
+  const double n2_last = by_name["n2"]["last_wallclock"].get<double>();
+  EXPECT_LT(n2_last, killed_at + 1.5);
+  EXPECT_GT(by_name["n1"]["last_wallclock"].get<double>(), n2_last + 1.5);
+  const CsvTable n2 =
+      read_csv(run / "nodes" / "n2" / "perf_slurm.csv", {.allow_incomplete_last_line = true});
+  EXPECT_LE(cell(n2, n2.rows.size() - 1, "wallclock"), n2_last + 1e-3);
+  // The aggregate covers 3 nodes before, 2 after the loss.
+  const CsvTable agg = read_csv(run / "perf_slurm.csv");
+  int three = 0, two_after = 0;
+  for (std::size_t i = 0; i < agg.rows.size(); ++i) {
+    const double n = cell(agg, i, "nodes"), w = cell(agg, i, "wallclock");
+    if (n == 3) {
+      ++three;
+      EXPECT_LT(w, lost_at + 1e-3) << "n2 counted after it was lost";
+    }
+    if (w > lost_at + 0.01) {
+      EXPECT_EQ(n, 2) << "row at " << w;
+      ++two_after;
+    }
+  }
+  EXPECT_GE(three, 2);
+  EXPECT_GE(two_after, 3);
+  // The local command is recorded to its end.
+  const CsvTable process = read_csv(run / "perf_process.csv");
+  EXPECT_GE(process.rows.size(), 12u);
+}
+
+TEST(Multinode, SplitLinesAreReassembledAndGarbageIsSkipped) {
+  const std::string job = job_id();
+  const fs::path dir = scratch_dir();
+  const RunResult r =
+      run_command({sonde_binary(), "run", "--slurm", "--interval", "0.3", "--out",
+                   (dir / "out").string(), "--", workload_binary(), "sleep", "2"},
+                  in_allocation(job, 2, {{"FAKE_SRUN_SPLIT", "97"}, {"FAKE_SRUN_GARBAGE", "1"}}));
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const fs::path run = find_run_dir(dir / "out");
+  const nlohmann::json m = read_json(run / "manifest.json");
+  EXPECT_GT(m["multinode"]["reassembled_lines"].get<int>(), 10) << m["multinode"].dump();
+  EXPECT_GE(m["multinode"]["garbage_lines"].get<int>(), 3) << m["multinode"].dump();
+  for (const auto& n : m["nodes"]) {
+    EXPECT_EQ(n["status"], "complete") << n.dump();
+    EXPECT_GE(n["rows"].get<int>(), 4);
+    const CsvTable t = read_csv(run / "nodes" / n["name"].get<std::string>() / "perf_system.csv");
+    EXPECT_EQ(t.rows.size(), n["rows"].get<std::size_t>());
+  }
+  const CsvTable agg = read_csv(run / "perf_system.csv");
+  EXPECT_GE(agg.rows.size(), 4u);
+}
+
+TEST(Multinode, ClockOffsetsAreEstimatedAndUsedToAlign) {
+  const std::string job = job_id();
+  const fs::path dir = scratch_dir();
+  const RunResult r = run_command({sonde_binary(), "run", "--slurm", "--interval", "0.5", "--out",
+                                   (dir / "out").string(), "--", workload_binary(), "sleep", "3"},
+                                  in_allocation(job, 3, {{"FAKE_SRUN_SKEW", "1:5"}}));
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const fs::path run = find_run_dir(dir / "out");
+  const nlohmann::json m = read_json(run / "manifest.json");
+  std::map<std::string, double> offset;
+  for (const auto& n : m["nodes"]) offset[n["name"]] = n["clock_offset_s"].get<double>();
+  EXPECT_NEAR(offset["n2"], 5.0, 0.3) << "node n2's clock is 5 s ahead";
+  EXPECT_NEAR(offset["n1"], 0.0, 0.3);
+  EXPECT_NEAR(offset["n3"], 0.0, 0.3);
+  // Aligned by its offset, n2 still contributes to the head's rows.
+  const CsvTable agg = read_csv(run / "perf_slurm.csv");
+  int three = 0;
+  for (std::size_t i = 0; i < agg.rows.size(); ++i) three += cell(agg, i, "nodes") == 3;
+  EXPECT_GE(three, 3);
+  const std::vector<Node> nodes = read_nodes(run, m);
+  std::size_t checked = 0;
+  check_aggregate_arithmetic(agg, nodes, 0.5, checked);
+  EXPECT_GE(checked, 3u);
+  // Nothing converted in the node's own file: its own (skewed) wallclock.
+  const CsvTable n2 = read_csv(run / "nodes" / "n2" / "perf_slurm.csv");
+  EXPECT_GT(cell(n2, 0, "wallclock"), cell(agg, 0, "wallclock") + 3);
+}
+
+TEST(Multinode, RefusedWithExitTwoAndNothingStarted) {
+  const fs::path dir = scratch_dir();
+  {  // Not inside an allocation.
+    RunOptions o = in_allocation(job_id(), 2);
+    o.unset_env.push_back("SLURM_JOB_ID");
+    o.env.erase(o.env.begin());
+    const RunResult r = run_command({sonde_binary(), "run", "--slurm", "--out",
+                                     (dir / "a").string(), "--", "touch", (dir / "ran").string()},
+                                    o);
+    EXPECT_EQ(r.status, 2) << r.describe();
+    EXPECT_NE(r.err.find("not inside a Slurm allocation"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  {  // The launcher is missing.
+    RunOptions o = in_allocation(job_id(), 2);
+    o.env[2].second = "/nonexistent/srun";
+    const RunResult r = run_command({sonde_binary(), "run", "--slurm", "--out",
+                                     (dir / "b").string(), "--", "touch", (dir / "ran").string()},
+                                    o);
+    EXPECT_EQ(r.status, 2) << r.describe();
+    EXPECT_NE(r.err.find("'/nonexistent/srun' was not found"), std::string::npos) << r.err;
+  }
+  {  // srun missing from PATH.
+    RunOptions o = in_allocation(job_id(), 2);
+    o.env.erase(o.env.begin() + 2);
+    o.unset_env.push_back("SONDE_SRUN");
+    o.env.back().second = kFakeSlurm;  // PATH: no srun there
+    const RunResult r = run_command(
+        {sonde_binary(), "run", "--slurm", "--out", (dir / "c").string(), "--", "/bin/true"}, o);
+    EXPECT_EQ(r.status, 2) << r.describe();
+    EXPECT_NE(r.err.find("'srun' was not found on PATH"), std::string::npos) << r.err;
+  }
+  {  // A job that does not exist.
+    const RunResult r = run_command(
+        {sonde_binary(), "record", "--slurm-job", "99999999", "--out", (dir / "d").string()},
+        in_allocation(job_id(), 1, {{"FAKE_SQUEUE_RC", "1"}}));
+    EXPECT_EQ(r.status, 2) << r.describe();
+    EXPECT_NE(
+        r.err.find("no such job, or it has ended (squeue: slurm_load_jobs error: Invalid job id"),
+        std::string::npos)
+        << r.err;
+  }
+  {  // A job that is not running.
+    const RunResult r =
+        run_command({sonde_binary(), "record", "--slurm-job", "123", "--out", (dir / "e").string()},
+                    in_allocation(job_id(), 1, {{"FAKE_SQUEUE_OUT", "(Resources) root PENDING"}}));
+    EXPECT_EQ(r.status, 2) << r.describe();
+    EXPECT_NE(r.err.find("the job is PENDING, not RUNNING"), std::string::npos) << r.err;
+  }
+  {  // Not a job id.
+    const RunResult r = run_command(
+        {sonde_binary(), "record", "--slurm-job", "12;rm", "--out", (dir / "f").string()},
+        in_allocation(job_id(), 1));
+    EXPECT_EQ(r.status, 2) << r.describe();
+  }
+  if (::getuid() != 0) {  // Another user's job (root may record any).
+    const RunResult r =
+        run_command({sonde_binary(), "record", "--slurm-job", "123", "--out", (dir / "g").string()},
+                    in_allocation(job_id(), 1, {{"FAKE_SQUEUE_OUT", "n1 someone-else RUNNING"}}));
+    EXPECT_EQ(r.status, 2) << r.describe();
+    EXPECT_NE(r.err.find("not yours"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir / "ran")) << "a refused run started its command";
+  for (const char* d : {"a", "b", "c", "d", "e", "f", "g"})
+    EXPECT_FALSE(fs::exists(dir / d)) << "a refused run created its directory " << d;
+}
+
+TEST(Multinode, RecordARunningJobFromOutside) {
+  const std::string job = job_id();
+  const fs::path dir = scratch_dir();
+  // A process of the job, as a batch script's would be.
+  RunOptions job_env;
+  job_env.env = {{"SLURM_JOB_ID", job}};
+  BackgroundProcess member({workload_binary(), "outsider", "200", "30"}, job_env);
+  ASSERT_EQ(member.read_line(30), std::optional<std::string>("ready")) << member.err();
+  RunOptions o = in_allocation(
+      job, 2, {{"FAKE_SQUEUE_OUT", "n[1-2] root RUNNING"}, {"FAKE_HOSTNAMES", "n1,n2"}});
+  // From a login node: not inside the job.
+  o.unset_env.push_back("SLURM_JOB_ID");
+  o.env.erase(o.env.begin());
+  if (::getuid() != 0) return;  // the fake squeue says the job is root's
+  const RunResult r = run_command({sonde_binary(), "record", "--slurm-job", job, "--interval",
+                                   "0.3", "--duration", "2", "--out", (dir / "out").string()},
+                                  o);
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const fs::path run = find_run_dir(dir / "out");
+  const nlohmann::json m = read_json(run / "manifest.json");
+  EXPECT_EQ(m["mode"], "record");
+  EXPECT_TRUE(m["complete"].get<bool>());
+  ASSERT_EQ(m["nodes"].size(), 2u);
+  for (const auto& n : m["nodes"]) {
+    EXPECT_EQ(n["status"], "complete") << n.dump();
+    EXPECT_FALSE(n["head"].get<bool>()) << "the login node is none of the job's";
+  }
+  const CsvTable agg = read_csv(run / "perf_slurm.csv");
+  ASSERT_GE(agg.rows.size(), 4u);
+  // Both fake nodes see the job's 200 MiB: 0.39 GiB in the aggregate.
+  const auto mem = agg.numbers("memory");
+  for (std::size_t i = 0; i < agg.rows.size(); ++i)
+    if (cell(agg, i, "nodes") == 2) {
+      EXPECT_NEAR(mem[i], 2 * 200.0 / 1024, 0.05) << "row " << i;
+    }
+  EXPECT_FALSE(fs::exists(run / "perf_process.csv"));
+  EXPECT_NE(r.err.find("sonde multi-node summary (job " + job + ", 2 nodes"), std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace sonde::test

@@ -1,0 +1,140 @@
+#!/bin/bash
+# Multi-node runs on the real 3-node test cluster (tests/slurm/cluster, fixture slurm_cluster):
+#   cluster_test.sh CLUSTER_DIR SONDE WORKLOAD SCRATCH CASE
+# CASE: figures   an sbatch -N3 job under `sonde run --slurm`: n1 burns two cores, n2 holds
+#                 500 MiB, n3 idles; per-node and aggregate figures against the truth
+#                 (docs/accuracy.md tolerances: CPU ±3 %, memory ±2 %, plus a few MiB of shells)
+#       agent     an agent killed mid-run: lost, its rows stop, the run and the command go on
+#       node      a node's slurmd (and everything on it) stopped mid-run: lost, the run goes on
+#       record    `sonde record --slurm-job ID` from outside the job
+set -euo pipefail
+CLUSTER=$1 SONDE=$2 WORKLOAD=$3 SCRATCH=$4 CASE=$5
+HERE=$(cd "$(dirname "$0")" && pwd)
+eval "$("$HERE/../slurm/cluster" env "$CLUSTER")"
+rm -rf "$SCRATCH/$CASE" && mkdir -p "$SCRATCH/$CASE"
+W=$SCRATCH/$CASE
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+wait_job() {  # JOBID TIMEOUT: until the job left RUNNING/PENDING
+  local t=0
+  while [ $t -lt "$2" ]; do
+    state=$(scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2 || true)
+    case "$state" in PENDING|RUNNING|CONFIGURING|COMPLETING|"") ;; *) echo "$state"; return 0;; esac
+    sleep 1; t=$((t+1))
+  done
+  echo TIMEOUT; return 1
+}
+
+# The task of each node: n1 two burners, n2 500 MiB, n3 idle (same length).
+cat > "$W/task.sh" <<TASK
+#!/bin/sh
+case \$(hostname) in
+  n1) "$WORKLOAD" burn 5 & "$WORKLOAD" burn 5; wait ;;
+  n2) "$WORKLOAD" hold 500 7 >/dev/null ;;
+  *) sleep 7 ;;
+esac
+TASK
+chmod +x "$W/task.sh"
+
+case $CASE in
+figures|agent|node)
+  extra=""
+  [ "$CASE" = node ] && extra="--no-kill"
+  job=$(sbatch --parsable -N3 $extra -o "$W/job.out" -e "$W/job.err" --wrap \
+    "\"$SONDE\" run --slurm --interval 0.5 --out \"$W/run\" -- srun --overlap --no-kill -N3 --ntasks-per-node=1 \"$W/task.sh\"")
+  echo "job $job"
+  if [ "$CASE" = agent ]; then
+    # Kill n2's agent once it runs (on n2, through its namespace).
+    sleep 4
+    pid=$("$HERE/../slurm/cluster" pids "$CLUSTER" n2)
+    nsenter -t "$pid" -p -m sh -c 'for p in /proc/[0-9]*; do
+        [ "$(tr "\0" "\n" < $p/cmdline 2>/dev/null | sed -n 2p)" = agent ] && kill -9 ${p#/proc/}
+      done; true'
+  fi
+  if [ "$CASE" = node ]; then
+    sleep 4
+    "$HERE/../slurm/cluster" stop-node "$CLUSTER" n3
+  fi
+  st=$(wait_job "$job" 120) || fail "job $job did not end"
+  [ "$CASE" = node ] && "$HERE/../slurm/cluster" start-node "$CLUSTER" n3 || true
+  echo "job $job: $st"; cat "$W/job.err" >&2 || true
+  # A lost node may fail the command's own srun (the job state then says so): not sonde's.
+  [ "$st" = COMPLETED ] || [ "$CASE" = node ] || fail "job state $st"
+  ;;
+record)
+  job=$(sbatch --parsable -N3 -o "$W/job.out" -e "$W/job.err" --wrap \
+    "srun --overlap -N3 --ntasks-per-node=1 \"$W/task.sh\"")
+  for i in $(seq 60); do
+    [ "$(squeue -j "$job" -h -o %T)" = RUNNING ] && break; sleep 0.5
+  done
+  "$SONDE" record --slurm-job "$job" --interval 0.5 --out "$W/run" 2> "$W/record.err" ||
+    { cat "$W/record.err" >&2; fail "record exited $?"; }
+  cat "$W/record.err" >&2
+  wait_job "$job" 60 >/dev/null || true
+  ;;
+*) fail "unknown case $CASE" ;;
+esac
+
+/usr/bin/python3 - "$W/run" "$CASE" <<'PY'
+import csv, json, math, sys
+run, case = sys.argv[1], sys.argv[2]
+m = json.load(open(run + "/manifest.json"))
+nodes = {n["name"]: n for n in m["nodes"]}
+errors = []
+def check(cond, what):
+    if not cond: errors.append(what)
+def table(path):
+    rows = list(csv.DictReader(open(path)))
+    return [{k: (float(v) if v not in ("", None) else math.nan) for k, v in r.items()} for r in rows]
+def cpu_seconds(rows, cpus):  # ∫ cpu_util_avg/100·cpus dt (each row covers the interval before it)
+    s, prev = 0.0, None
+    for r in rows:
+        if prev is not None and not math.isnan(r["cpu_util_avg"]):
+            s += r["cpu_util_avg"] / 100 * cpus * (r["time"] - prev)
+        prev = r["time"]
+    return s
+print(json.dumps({n: {k: v[k] for k in ("status", "reason", "rows", "clock_offset_s")} for n, v in nodes.items()}, indent=1))
+check(sorted(nodes) == ["n1", "n2", "n3"], "nodes %s" % sorted(nodes))
+check(m["complete"], "manifest complete")
+agg = table(run + "/perf_slurm.csv")
+per = {n: table("%s/nodes/%s/perf_slurm.csv" % (run, n)) for n in nodes}
+cpus = {n: nodes[n]["node_info"]["cpus_per_level"]["slurm"]["num_cpus"] for n in nodes}
+for n in nodes:
+    check(abs(nodes[n]["clock_offset_s"]) < 0.5, "%s clock offset %s" % (n, nodes[n]["clock_offset_s"]))
+if case in ("figures", "record"):
+    for n in nodes:
+        check(nodes[n]["status"] == "complete", "%s status %s" % (n, nodes[n]["status"]))
+    c1 = cpu_seconds(per["n1"], cpus["n1"])
+    print("n1 CPU seconds %.2f (truth 10: two burners of 5 s)" % c1)
+    check(abs(c1 - 10) <= 0.03 * 10 + 0.3, "n1 CPU seconds %.2f, expected 10" % c1)
+    m2 = max(r["memory"] for r in per["n2"]) * 1024
+    print("n2 peak memory %.1f MiB (truth 500 + the task's shell)" % m2)
+    check(500 * 0.98 <= m2 <= 500 * 1.02 + 16, "n2 memory peak %.1f MiB" % m2)
+    c3 = cpu_seconds(per["n3"], cpus["n3"])
+    m3 = max(r["memory"] for r in per["n3"]) * 1024
+    print("n3 CPU seconds %.2f, peak memory %.1f MiB (idle)" % (c3, m3))
+    check(c3 < 0.3 and m3 < 16, "n3 not idle: %.2f CPU s, %.1f MiB" % (c3, m3))
+    total_cpus = sum(cpus.values())
+    ca = cpu_seconds(agg, total_cpus)
+    print("aggregate CPU seconds %.2f, sum of nodes %.2f" % (ca, c1 + c3 + cpu_seconds(per["n2"], cpus["n2"])))
+    check(abs(ca - 10) <= 0.06 * 10 + 0.6, "aggregate CPU seconds %.2f, expected 10" % ca)
+    ma = max(r["memory"] for r in agg) * 1024
+    check(500 * 0.98 <= ma <= 500 * 1.02 + 40, "aggregate memory peak %.1f MiB" % ma)
+    busy = [r for r in agg if r["nodes"] == 3 and r["cpu_util_node_max"] > 20]
+    check(busy and all(r["cpu_util_node_min"] < 5 for r in busy), "node spread: n3 idle while n1 busy")
+if case in ("agent", "node"):
+    lost = "n2" if case == "agent" else "n3"
+    check(nodes[lost]["status"] == "lost", "%s status %s" % (lost, nodes[lost]["status"]))
+    for n in nodes:
+        if n != lost:
+            check(nodes[n]["status"] == "complete", "%s status %s" % (n, nodes[n]["status"]))
+    t = nodes[lost]["status_wallclock"]
+    check(all(r["nodes"] <= 2 for r in agg if r["wallclock"] > t + 0.01), "rows after the loss count it")
+    check(any(r["nodes"] == 3 for r in agg), "no row with 3 nodes before the loss")
+    check(nodes[lost]["last_wallclock"] < max(r["wallclock"] for r in per["n1"]) - 1, "its rows went on")
+    if case == "agent":
+        check(m["exit_status"] == 0, "exit status %s" % m["exit_status"])
+if errors:
+    print("FAILED:\n  " + "\n  ".join(errors)); sys.exit(1)
+print("ok")
+PY
