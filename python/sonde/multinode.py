@@ -1,0 +1,163 @@
+"""The live multi-node monitor of the magics: `%perfmonitor_start --monitor slurm_multinode`.
+
+Inside a Slurm allocation (SLURM_JOB_ID set) the kernel keeps its own in-process monitor (the
+process level etc., as with every other --monitor) and starts sonde's multi-node head as a child
+process:
+
+    sonde record --slurm-job $SLURM_JOB_ID --interval I --out DIR
+
+which starts one agent per node of the job through srun (docs/multinode.md) and writes the run
+directory DIR: nodes/<node>/perf_<level>.csv per node and the aggregate perf_<level>.csv (levels
+slurm and system). The files grow while the head runs; the reports and plots with --node read
+what is there (LiveMultinode.snapshot). %perfmonitor_stop sends the head SIGINT: it closes its
+agents, writes the manifest (complete) and exits.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from .session import UsageError, import_session
+
+START_TIMEOUT_S = 40.0  # the head waits up to 30 s for its agents' ready lines
+STOP_TIMEOUT_S = 30.0  # the head gives its agents 5 s, then SIGTERM and SIGKILL
+
+
+def sonde_binary():
+    """The sonde executable the head runs: $SONDE_BINARY, else the one this package belongs to
+    (SONDE_EXECUTABLE, set by the package on import), else `sonde` on PATH."""
+    for c in (os.environ.get("SONDE_BINARY"), os.environ.get("SONDE_EXECUTABLE"),
+              shutil.which("sonde")):
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    raise UsageError("--monitor slurm_multinode: the sonde executable was not found (set "
+                     "SONDE_BINARY to its path); nothing was started")
+
+
+def default_out(job):
+    return os.path.abspath(time.strftime(f"sonde-slurm-{job}-%Y%m%d-%H%M%S"))
+
+
+class LiveMultinode:
+    """A running (or ended) `sonde record --slurm-job` head and its run directory."""
+
+    def __init__(self, job, interval, out=None, levels=None):
+        self.job = job
+        self.interval = float(interval)
+        self.directory = os.path.abspath(out) if out else default_out(job)
+        if os.path.lexists(self.directory):
+            raise UsageError(f"--out: {self.directory} already exists; choose another "
+                             "directory (nothing was started)")
+        self.argv = [sonde_binary(), "record", "--slurm-job", str(job), "--interval",
+                     repr(self.interval), "--out", self.directory]
+        if levels:
+            self.argv += ["--levels", levels]
+        self.proc = None
+        self.log = None  # the head's stderr (warnings, its summary)
+        self._snapshot = None
+        self._snapshot_key = None
+
+    # Control --------------------------------------------------------------------------------
+    def start(self, timeout=START_TIMEOUT_S):
+        """Starts the head and waits until its agents are ready (the manifest lists nodes) or it
+        ends (its stderr becomes the error)."""
+        self.log = tempfile.TemporaryFile(mode="w+b", prefix="sonde-head-")
+        # Its own session: a kernel interrupt (SIGINT to the kernel) does not end it; stop() does.
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=self.log,
+                                     start_new_session=True, close_fds=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                msg = self.stderr().strip() or f"exit status {self.proc.returncode}"
+                raise UsageError(f"--monitor slurm_multinode: the multi-node head "
+                                 f"(sonde record --slurm-job {self.job}) did not start: {msg}")
+            if self.nodes_listed():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise UsageError(f"--monitor slurm_multinode: no agent of job {self.job} said ready "
+                         f"within {timeout:g} s; the head was stopped ({self.stderr().strip()})")
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=STOP_TIMEOUT_S):
+        """SIGINT to the head (it ends its agents, completes the run directory, exits); SIGTERM
+        and SIGKILL if it does not within `timeout`. Returns its exit status."""
+        if self.proc is None:
+            return None
+        for sig, wait in ((signal.SIGINT, timeout), (signal.SIGTERM, 5.0),
+                          (signal.SIGKILL, 5.0)):
+            if self.proc.poll() is not None:
+                break
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                continue
+        return self.proc.wait()
+
+    def stderr(self):
+        if self.log is None:
+            return ""
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", "replace")
+
+    def summary_text(self):
+        """The head's multi-node summary (its stderr from `sonde multi-node summary` on)."""
+        err = self.stderr()
+        i = err.find("sonde multi-node summary")
+        return err[i:].rstrip() if i >= 0 else ""
+
+    # Data -----------------------------------------------------------------------------------
+    def manifest_path(self):
+        return os.path.join(self.directory, "manifest.json")
+
+    def nodes_listed(self):
+        import json
+
+        try:
+            with open(self.manifest_path()) as f:
+                m = json.load(f)
+        except (OSError, ValueError):
+            return False
+        return bool(m.get("nodes")) and bool(m.get("levels"))
+
+    def _key(self):
+        """What changed since the last snapshot: the sizes and times of the run's files."""
+        key = []
+        for root, _dirs, files in os.walk(self.directory):
+            for name in sorted(files):
+                try:
+                    st = os.stat(os.path.join(root, name))
+                except OSError:
+                    continue
+                key.append((root, name, st.st_size, st.st_mtime_ns))
+        return tuple(sorted(key))
+
+    def snapshot(self):
+        """The run directory as it is now (a StoredData with its nodes): read again when a file
+        grew. The last row of a file being written may be cut: it is skipped."""
+        key = self._key()
+        if self._snapshot is not None and key == self._snapshot_key:
+            return self._snapshot
+        if not os.path.exists(self.manifest_path()):
+            raise UsageError(f"the multi-node head has not written {self.manifest_path()} yet")
+        try:
+            data, _ = import_session(self.directory)
+        except UsageError as e:
+            if self.running and "no perf_<level>.csv" in str(e):
+                raise UsageError(f"the multi-node run {self.directory} has no rows yet; try "
+                                 "again in a moment") from None
+            raise
+        data.source = f"{self.directory} (multi-node, job {self.job})"
+        self._snapshot, self._snapshot_key = data, key
+        return data
