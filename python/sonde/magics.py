@@ -219,6 +219,8 @@ class SondeMagics(Magics):
         a multi-node run. With a live multi-node monitor (--monitor slurm_multinode), any --node
         reads its run directory as it is now; without --node the kernel's own monitor."""
         if node is not None and self.multinode is not None:
+            for msg in self.multinode.new_messages():  # a node lost since the last look
+                print(msg, file=sys.stderr)
             data = self.multinode.snapshot()
         else:
             data = self._need_data()
@@ -452,6 +454,8 @@ class SondeMagics(Magics):
         _parse(_parser("perfmonitor_resources"), line)
         self._print_resources()
         if self.multinode is not None:
+            for msg in self.multinode.new_messages():
+                print(msg, file=sys.stderr)
             self._print_nodes(self.multinode.snapshot())
         elif self.data is not None and getattr(self.data, "nodes", None):
             self._print_nodes(self.data)

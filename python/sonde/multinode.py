@@ -57,6 +57,7 @@ class LiveMultinode:
             self.argv += ["--levels", levels]
         self.proc = None
         self.log = None  # the head's stderr (warnings, its summary)
+        self._shown = 0  # bytes of it whose messages were shown
         self._snapshot = None
         self._snapshot_key = None
 
@@ -110,6 +111,18 @@ class LiveMultinode:
             return ""
         self.log.seek(0)
         return self.log.read().decode("utf-8", "replace")
+
+    def new_messages(self):
+        """The head's warnings and errors (a node lost, an agent's error) not shown yet."""
+        if self.log is None:
+            return []
+        self.log.seek(self._shown)
+        data = self.log.read()
+        end = data.rfind(b"\n") + 1  # whole lines only
+        self._shown += end
+        lines = data[:end].decode("utf-8", "replace").splitlines()
+        return [ln for ln in lines if ln.startswith(("sonde: warning", "sonde: error",
+                                                     "sonde: agents:"))]
 
     def summary_text(self):
         """The head's multi-node summary (its stderr from `sonde multi-node summary` on)."""

@@ -229,3 +229,48 @@ def test_a_head_that_does_not_start(run, shell, monkeypatch, tmp_path):
     assert not (magics_of(shell).monitor and magics_of(shell).monitor.running)
     _, err = run("%perfmonitor_stop")
     assert "no monitor is running" in err
+
+
+def test_an_agent_lost_during_the_session(run, shell, monkeypatch, tmp_path):
+    """n2's agent killed mid-session: the next --node report says so, the resources list it
+    lost, the aggregate covers n1 only from then on, and the session goes on to a clean stop."""
+    job = job_id()
+    _jobs.append(job)
+    for k, v in allocation(job).items():
+        monkeypatch.setenv(k, v)
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("FAKE_SRUN_PIDS", str(pids))
+    out, err = run("%perfmonitor_start 0.25 --monitor slurm_multinode --out live-run")
+    assert "on 2 nodes (n1, n2)" in out, err
+    m = magics_of(shell)
+    try:
+        run("import time; time.sleep(1.0)")
+        agents = dict(line.split() for line in pids.read_text().splitlines())
+        os.kill(int(agents["1"]), 9)
+        # Lost after 5 intervals without a line.
+        run("import json, time\n"
+            "for _ in range(100):\n"
+            f"    nodes = json.load(open({str(tmp_path / 'live-run' / 'manifest.json')!r}))"
+            "['nodes']\n"
+            "    if nodes[1]['status'] == 'lost':\n"
+            "        break\n"
+            "    time.sleep(0.1)\n"
+            "time.sleep(1.0)")
+        out, err = run("%perfmonitor_perfreport --node n2 --cell -1 --text")
+        assert "sonde: warning: node n2 (task 1) lost" in err, err
+        assert "node n2" in out
+        out, err = run("%perfmonitor_resources")
+        assert re.search(r"^    n2: .*; \d+ rows, lost \(no line for", out, re.M), out
+        assert re.search(r"^    n1: .*; \d+ rows, running", out, re.M), out
+        agg = m._node_data("<Aggregated>").frame("slurm")
+        assert agg["nodes"].iloc[-1] == 1 and agg["nodes"].max() == 2
+        out, err = run("%perfmonitor_stop")
+        assert "is complete" in out, out + err
+    finally:
+        if m.multinode is not None:
+            m.multinode.stop()
+        if m.monitor is not None:
+            m.monitor.stop()
+    manifest = json.loads((tmp_path / "live-run" / "manifest.json").read_text())
+    assert manifest["complete"] is True
+    assert [n["status"] for n in manifest["nodes"]] == ["complete", "lost"]
