@@ -73,7 +73,10 @@ class LiveMultinode:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                msg = self.stderr().strip() or f"exit status {self.proc.returncode}"
+                lines = self.stderr().strip().splitlines()
+                errors = [ln for ln in lines if ln.startswith("sonde: error: ")] or lines
+                msg = "; ".join(ln.removeprefix("sonde: error: ") for ln in errors) or \
+                    f"exit status {self.proc.returncode}"
                 raise UsageError(f"--monitor slurm_multinode: the multi-node head "
                                  f"(sonde record --slurm-job {self.job}) did not start: {msg}")
             if self.nodes_listed():
