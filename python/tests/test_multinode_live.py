@@ -274,3 +274,33 @@ def test_an_agent_lost_during_the_session(run, shell, monkeypatch, tmp_path):
     manifest = json.loads((tmp_path / "live-run" / "manifest.json").read_text())
     assert manifest["complete"] is True
     assert [n["status"] for n in manifest["nodes"]] == ["complete", "lost"]
+
+
+def test_service_api(monkeypatch, tmp_path, capsys):
+    """JUmPER's Python API: start_monitoring(monitor_type="slurm_multinode"), node= on the
+    reports and exports, close() ends the head."""
+    from sonde.service import build_perfmonitor_service
+
+    job = job_id()
+    _jobs.append(job)
+    for k, v in allocation(job).items():
+        monkeypatch.setenv(k, v)
+    service = build_perfmonitor_service(display_disabled=True)
+    try:
+        service.start_monitoring(0.25, monitor_type="slurm_multinode")
+        head = service.magics.multinode
+        assert head is not None and head.running
+        # A child: the job's (this process's own environment in /proc is as it started).
+        with service.monitored():
+            subprocess.run([sys.executable, "-c", BURN.replace("3.0", "1.5")], check=True)
+        capsys.readouterr()
+        service.show_perfreport(cell_range="0", node="n1", text=True)
+        out = capsys.readouterr().out
+        assert "slurm level, node n1" in out and cores_mean(out) > 0.2, out
+        df = service.export_perfdata(node="n2", level="system")["perfdata_df"]
+        assert (df["cell_index"] == 0).sum() >= 4 and "cpu_util_avg" in df.columns
+    finally:
+        service.close()
+    assert not head.running and head.proc.returncode == 0
+    m = json.loads(open(os.path.join(head.directory, "manifest.json")).read())
+    assert m["complete"] is True
