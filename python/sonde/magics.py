@@ -422,7 +422,7 @@ class SondeMagics(Magics):
     @_magic
     def perfmonitor_stop(self, line=""):
         _parse(_parser("perfmonitor_stop"), line)
-        head = self.multinode if self.multinode is not None and self.multinode.running \
+        head = self.multinode if self.multinode is not None and not self.multinode.stopped \
             else None
         if (self.monitor is None or not self.monitor.running) and head is None:
             raise UsageError("no monitor is running (start one with %perfmonitor_start)")
@@ -435,6 +435,9 @@ class SondeMagics(Magics):
             self._stop_multinode(head)
 
     def _stop_multinode(self, head):
+        if not head.running:  # it ended by itself (the job ended, or every agent)
+            print(f"sonde: the multi-node head had ended (job {head.job}): see its summary",
+                  file=sys.stderr)
         rc = head.stop()
         summary = head.summary_text()
         if summary:

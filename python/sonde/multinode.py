@@ -58,6 +58,7 @@ class LiveMultinode:
         self.proc = None
         self.log = None  # the head's stderr (warnings, its summary)
         self._shown = 0  # bytes of it whose messages were shown
+        self.stopped = False  # stop() was called (the summary was shown)
         self._snapshot = None
         self._snapshot_key = None
 
@@ -95,6 +96,7 @@ class LiveMultinode:
         and SIGKILL if it does not within `timeout`. Returns its exit status."""
         if self.proc is None:
             return None
+        self.stopped = True
         for sig, wait in ((signal.SIGINT, timeout), (signal.SIGTERM, 5.0),
                           (signal.SIGKILL, 5.0)):
             if self.proc.poll() is not None:

@@ -304,3 +304,35 @@ def test_service_api(monkeypatch, tmp_path, capsys):
     assert not head.running and head.proc.returncode == 0
     m = json.loads(open(os.path.join(head.directory, "manifest.json")).read())
     assert m["complete"] is True
+
+
+def test_a_head_that_ends_by_itself(run, shell, monkeypatch, tmp_path):
+    """The launcher exits mid-session (srun lost its step): the head ends; the kernel's monitor
+    goes on, --node still reads the run, and the stop shows the head's summary."""
+    job = job_id()
+    _jobs.append(job)
+    for k, v in allocation(job).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("FAKE_SRUN_EXIT", "1.5")
+    out, err = run("%perfmonitor_start 0.25 --monitor slurm_multinode --out ended-run")
+    assert "on 2 nodes" in out, err
+    m = magics_of(shell)
+    try:
+        run("import time\nfor _ in range(100):\n"
+            "    if not get_ipython().magics_manager.registry['SondeMagics'].multinode.running:\n"
+            "        break\n"
+            "    time.sleep(0.1)")
+        assert not m.multinode.running and m.monitor.running
+        out, err = run("%perfmonitor_resources")
+        # No node is running any more (what each became is the head's: docs/multinode.md).
+        assert re.search(r"^    n1: .*; \d+ rows, (complete|lost)", out, re.M), out
+        out, err = run("%perfmonitor_stop")
+        assert "the multi-node head had ended" in err, err
+        assert "monitor stopped" in out and "sonde multi-node summary" in out, out
+        _, err = run("%perfmonitor_stop")
+        assert "no monitor is running" in err
+    finally:
+        if m.multinode is not None:
+            m.multinode.stop()
+        if m.monitor is not None:
+            m.monitor.stop()
