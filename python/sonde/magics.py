@@ -477,9 +477,8 @@ class SondeMagics(Magics):
             cpus = int(cpus) if float(cpus).is_integer() else cpus
             status = e.get("status", "?") + (f" ({e['reason']})" if e.get("reason") else "")
             rows = e.get("rows", 0)
-            if name in (getattr(data, "nodes", None) or []):  # while running: the files' rows
-                nd = data.node(name)
-                rows = max([rows] + [len(nd.frame(lvl)) for lvl in nd.levels])
+            if hasattr(data, "node_rows"):  # a live run: the rows in the files now
+                rows = max(rows, data.node_rows(name))
             lines.append(f"    {name}: CPUs: {cpus}, Memory: {round(mem / gib, 2)} GB, "
                          f"GPUs: {info.get('num_gpus', 0)}; {rows} rows, "
                          f"{status}" + (", head" if e.get("head") else ""))

@@ -13,6 +13,7 @@ what is there (LiveMultinode.snapshot). %perfmonitor_stop sends the head SIGINT:
 agents, writes the manifest (complete) and exits.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -20,7 +21,9 @@ import subprocess
 import tempfile
 import time
 
-from .session import UsageError, import_session
+from .session import StoredData, UsageError, _read_frame
+
+LEVELS = ("process", "user", "slurm", "system")
 
 START_TIMEOUT_S = 40.0  # the head waits up to 30 s for its agents' ready lines
 STOP_TIMEOUT_S = 30.0  # the head gives its agents 5 s, then SIGTERM and SIGKILL
@@ -140,8 +143,6 @@ class LiveMultinode:
         return os.path.join(self.directory, "manifest.json")
 
     def nodes_listed(self):
-        import json
-
         try:
             with open(self.manifest_path()) as f:
                 m = json.load(f)
@@ -167,15 +168,69 @@ class LiveMultinode:
         key = self._key()
         if self._snapshot is not None and key == self._snapshot_key:
             return self._snapshot
-        if not os.path.exists(self.manifest_path()):
-            raise UsageError(f"the multi-node head has not written {self.manifest_path()} yet")
-        try:
-            data, _ = import_session(self.directory)
-        except UsageError as e:
-            if self.running and "no perf_<level>.csv" in str(e):
-                raise UsageError(f"the multi-node run {self.directory} has no rows yet; try "
-                                 "again in a moment") from None
-            raise
+        data = LiveRunData.read(self.directory)
         data.source = f"{self.directory} (multi-node, job {self.job})"
         self._snapshot, self._snapshot_key = data, key
         return data
+
+
+class LiveRunData(StoredData):
+    """A multi-node run directory that may still grow: the aggregate is read at once, a node's
+    files only when that node is asked for (a job of many nodes: one node's files per report)."""
+
+    @classmethod
+    def read(cls, directory):
+        mpath = os.path.join(directory, "manifest.json")
+        try:
+            with open(mpath) as f:
+                manifest = json.load(f)
+        except FileNotFoundError:
+            raise UsageError(f"the multi-node head has not written {mpath} yet") from None
+        except ValueError as e:
+            raise UsageError(f"{mpath}: malformed JSON ({e})") from None
+        files = manifest.get("files") or {}
+        frames = {}
+        for level in manifest.get("levels") or []:
+            fpath = os.path.join(directory, files.get(level, f"perf_{level}.csv"))
+            if os.path.isfile(fpath):
+                frames[level] = _read_frame(fpath)
+        if not frames:
+            raise UsageError(f"the multi-node run {directory} has no rows yet; try again in a "
+                             "moment")
+        entries = manifest.get("nodes") or []
+        nodes = {}
+        for e in entries:
+            name = e.get("name") if isinstance(e, dict) else None
+            if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+                raise UsageError(f"{mpath}: `nodes`: expected objects with a `name` that is a "
+                                 f"plain file name, got {json.dumps(e)[:80]}")
+            nodes[name] = (e, None)  # frames read on demand (node())
+        return cls(directory, manifest, frames, None, nodes)
+
+    def _node_frames(self, name):
+        entry, frames = self._nodes[name]
+        if frames is None:
+            frames = {}
+            for level in LEVELS:
+                fpath = os.path.join(self.directory, "nodes", name, f"perf_{level}.csv")
+                if os.path.isfile(fpath):
+                    frames[level] = _read_frame(fpath)
+            self._nodes[name] = (entry, frames)
+        return frames
+
+    def node(self, name):
+        self._node_frames(name)
+        return super().node(name)
+
+    def node_rows(self, name):
+        """How many rows the node's files hold now (the manifest counts at the end only)."""
+        rows = 0
+        for level in LEVELS:
+            fpath = os.path.join(self.directory, "nodes", name, f"perf_{level}.csv")
+            try:
+                with open(fpath, "rb") as f:
+                    rows = max(rows, sum(chunk.count(b"\n") for chunk in
+                                         iter(lambda: f.read(1 << 20), b"")) - 1)
+            except OSError:
+                continue
+        return rows
