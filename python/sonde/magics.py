@@ -2,12 +2,14 @@
 
     %load_ext sonde
     %perfmonitor_start [interval] [--levels process,user,system] [--config FILE]
+                       [--monitor slurm_multinode [--out DIR]]
     ... cells ...
     %perfmonitor_perfreport [--cell RANGE] [--level LEVEL] [--node NODE] [--text]
     %perfmonitor_plot [--metrics cpu_summary,memory] [--cell RANGE] [--level L] [--node NODE]
                       [--save-jpeg F]
                       [--backend plotly|matplotlib] [--live [INTERVAL [WINDOW]]]
-    %perfmonitor_export_perfdata [--file F.csv|F.json] [--name VAR]   (default VAR perfdata_df)
+    %perfmonitor_export_perfdata [--file F.csv|F.json] [--name VAR] [--node NODE]
+                                                                       (default VAR perfdata_df)
     %perfmonitor_load_perfdata FILE                                    (pushes loaded_perfdata_df)
     %start_write_script [FILE.py] ... %end_write_script
     %perfmonitor_stop
@@ -27,6 +29,7 @@ import time
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
+from . import multinode as multinode_head
 from . import plot as plotting
 from . import report as reporting
 from .session import (CellHistory, LiveData, UsageError, export_session, import_session,
@@ -89,6 +92,7 @@ def _magic(func):
 
 HELP = """sonde magics (JUmPER's names; data from sonde's C++ engine)
   %perfmonitor_start [interval] [--levels L,..] [--config FILE]   start monitoring this kernel (default 1 s)
+                    [--monitor slurm_multinode [--out DIR]]   and every node of the Slurm job
   %perfmonitor_stop                                  stop monitoring (the data stays)
   %perfmonitor_resources                             CPUs, memory and GPUs available
   %perfmonitor_perfreport [--cell R] [--level L] [--node N] [--text]   report (default: the last cell that ran
@@ -99,7 +103,7 @@ HELP = """sonde magics (JUmPER's names; data from sonde's C++ engine)
                    [--pickle FILE]
                     [--backend plotly|matplotlib] [--live [INTERVAL [WINDOW]]]
                                                      without --level: the plot widget
-  %perfmonitor_export_perfdata [--file F.csv|F.json] [--level L] [--name VAR]
+  %perfmonitor_export_perfdata [--file F.csv|F.json] [--level L] [--node N] [--name VAR]
                                                      (default DataFrame 'perfdata_df')
   %perfmonitor_export_cell_history [--file F.csv|F.json] [--name VAR]
                                                      (default DataFrame 'cell_history_df')
@@ -113,6 +117,9 @@ HELP = """sonde magics (JUmPER's names; data from sonde's C++ engine)
   %perfmonitor_fast_setup                            start (1 s) and a report after every cell
   %perfmonitor_help
 JUmPER's --monitor/--check-sanity (start) are accepted; sonde always samples with its C++ engine.
+--monitor slurm_multinode (inside a Slurm allocation) also records every node of the job
+(`sonde record --slurm-job`, into --out DIR): --node <Aggregated> or a node's name on the
+reports, plots and exports reads it, during and after the session.
 Cell ranges R (cell_index: position in the history, from 0): 5, 2:8, :5, 3: (inclusive);
 sonde also reads negative numbers from the last cell: -1, -3:.
 Levels: process, user, slurm (inside a Slurm job), system. Metrics: cpu_summary, memory,
@@ -132,6 +139,9 @@ class SondeMagics(Magics):
         self.user_interval = None
         self.live_plots = []
         self.recording = None  # {"path": .., "start": cell_index, "settings": {..}}
+        # --monitor slurm_multinode: the multi-node head (sonde.multinode.LiveMultinode); it stays
+        # after %perfmonitor_stop so that --node reads its run directory.
+        self.multinode = None
         # Set by the Python API / a generated script (sonde.service): no IPython display.
         self.plots_disabled = None
         self.display_disabled = None
@@ -206,8 +216,14 @@ class SondeMagics(Magics):
 
     def _node_data(self, node):
         """The data --node names: the whole run (None, <Aggregated>, aggregate) or one node of
-        a multi-node run."""
-        data = self._need_data()
+        a multi-node run. With a live multi-node monitor (--monitor slurm_multinode), any --node
+        reads its run directory as it is now; without --node the kernel's own monitor."""
+        if node is not None and self.multinode is not None:
+            for msg in self.multinode.new_messages():  # a node lost since the last look
+                print(msg, file=sys.stderr)
+            data = self.multinode.snapshot()
+        else:
+            data = self._need_data()
         if is_aggregate(node):
             return data
         nodes = getattr(data, "nodes", None) or []
@@ -260,13 +276,13 @@ class SondeMagics(Magics):
                 break
         return cells[start:]
 
-    def perfdata(self, level):
+    def perfdata(self, level, data=None):
         """A level's DataFrame with JUmPER's cell_index column (the cell a sample was taken
-        in, <NA> between cells)."""
+        in, <NA> between cells). `data`: a node's (_node_data), else the session's."""
         import numpy as np
         import pandas as pd
 
-        df = self._need_data().frame(level)
+        df = (data or self._need_data()).frame(level)
         idx = np.full(len(df), -1, dtype=np.int64)
         wc = df["wallclock"].to_numpy()
         for c in self.history.cells:
@@ -330,9 +346,17 @@ class SondeMagics(Magics):
                                                           "subprocess_python", "thread",
                                                           "slurm_multinode"])
         p.add_argument("--check-sanity", dest="check_sanity", action="store_true")
+        p.add_argument("--out", default=None,
+                       help="slurm_multinode: the run directory of the nodes")
         args = _parse(p, line)
-        if self.monitor is not None and self.monitor.running:
+        if (self.monitor is not None and self.monitor.running) or \
+                (self.multinode is not None and self.multinode.running):
             raise UsageError("the monitor is already running (stop it with %perfmonitor_stop)")
+        if args.out is not None and args.monitor != "slurm_multinode":
+            raise UsageError("--out: only with --monitor slurm_multinode (the nodes' run "
+                             "directory)")
+        if args.monitor == "slurm_multinode":
+            return self._start_multinode(args)
         from .monitor import Monitor
 
         t0 = time.perf_counter()
@@ -351,6 +375,40 @@ class SondeMagics(Magics):
         print(f"sonde: monitoring pid {self.monitor.pid} every {self.monitor.interval:g} s at "
               f"levels {', '.join(self.monitor.levels)}")
 
+    def _start_multinode(self, args):
+        """--monitor slurm_multinode: the kernel's monitor as without it, and the multi-node
+        head for every node of the job (sonde.multinode). Outside an allocation, or when the
+        head does not start: an error and nothing running."""
+        job = os.environ.get("SLURM_JOB_ID", "").strip()
+        if not job:
+            raise UsageError("--monitor slurm_multinode: not inside a Slurm allocation "
+                             "(SLURM_JOB_ID is not set; start the kernel in an salloc/sbatch "
+                             "job); nothing was started")
+        if not job.isdigit():
+            raise UsageError(f"--monitor slurm_multinode: SLURM_JOB_ID is '{job}', expected a "
+                             "job id (digits); nothing was started")
+        interval = args.interval if args.interval is not None else DEFAULT_INTERVAL
+        if not interval > 0:
+            raise UsageError(f"interval: {interval:g} s, expected a positive number of seconds")
+        head = multinode_head.LiveMultinode(job, interval, args.out)
+        line = " ".join(shlex.quote(a) for a in
+                        ([repr(interval)] + (["--levels", args.levels] if args.levels else [])
+                         + (["--config", args.config] if args.config else [])))
+        head.start()
+        try:
+            self.perfmonitor_start.__wrapped__(self, line)
+        except BaseException:
+            head.stop()
+            raise
+        if self.monitor is None or not self.monitor.running:  # its error is printed
+            head.stop()
+            return
+        self.multinode = head
+        snap = head.snapshot()
+        print(f"sonde: recording job {job} on {len(snap.nodes)} nodes ({', '.join(snap.nodes)}) "
+              f"every {interval:g} s into {head.directory}; --node <Aggregated> or a node's "
+              "name on the reports and plots")
+
     @line_magic
     @_magic
     def perfmonitor_fast_setup(self, line=""):
@@ -364,12 +422,32 @@ class SondeMagics(Magics):
     @_magic
     def perfmonitor_stop(self, line=""):
         _parse(_parser("perfmonitor_stop"), line)
-        if self.monitor is None or not self.monitor.running:
+        head = self.multinode if self.multinode is not None and not self.multinode.stopped \
+            else None
+        if (self.monitor is None or not self.monitor.running) and head is None:
             raise UsageError("no monitor is running (start one with %perfmonitor_start)")
-        self.monitor.stop()
-        st = self.monitor.stats()
-        print(f"sonde: monitor stopped after {st['ticks']} ticks; reports, plots and exports "
-              "still work")
+        if self.monitor is not None and self.monitor.running:
+            self.monitor.stop()
+            st = self.monitor.stats()
+            print(f"sonde: monitor stopped after {st['ticks']} ticks; reports, plots and exports "
+                  "still work")
+        if head is not None:
+            self._stop_multinode(head)
+
+    def _stop_multinode(self, head):
+        if not head.running:  # it ended by itself (the job ended, or every agent)
+            print(f"sonde: the multi-node head had ended (job {head.job}): see its summary",
+                  file=sys.stderr)
+        rc = head.stop()
+        summary = head.summary_text()
+        if summary:
+            print(summary)
+        if rc != 0:
+            err = head.stderr().strip().splitlines()
+            raise UsageError(f"the multi-node head ended with status {rc}"
+                             + (f": {err[-1]}" if err else ""))
+        print(f"sonde: the nodes' run directory {head.directory} is complete (`sonde report "
+              f"{head.directory}`; --node on the reports and plots reads it)")
 
     @line_magic
     @_magic
@@ -377,6 +455,36 @@ class SondeMagics(Magics):
         """JUmPER's lines (CPUs, CPU affinity, Memory in GB rounded to 2 decimals, GPUs), then
         sonde's memory limit per level."""
         _parse(_parser("perfmonitor_resources"), line)
+        self._print_resources()
+        if self.multinode is not None:
+            for msg in self.multinode.new_messages():
+                print(msg, file=sys.stderr)
+            self._print_nodes(self.multinode.snapshot())
+        elif self.data is not None and getattr(self.data, "nodes", None):
+            self._print_nodes(self.data)
+
+    def _print_nodes(self, data):
+        """The nodes of a multi-node run: JUmPER's lines per node, and the agent's status."""
+        gib = 1024.0 ** 3
+        m = data.manifest()
+        entries = {e.get("name"): e for e in m.get("nodes") or []}
+        lines = [f"  nodes ({len(entries)}, job {(m.get('multinode') or {}).get('job', '?')}):"]
+        for name, e in entries.items():
+            info = e.get("node_info") or {}
+            limits = info.get("memory_limits") or {}
+            mem = limits.get("system", info.get("mem_total_bytes", 0)) or 0
+            cpus = info.get("num_cpus", 0)
+            cpus = int(cpus) if float(cpus).is_integer() else cpus
+            status = e.get("status", "?") + (f" ({e['reason']})" if e.get("reason") else "")
+            rows = e.get("rows", 0)
+            if hasattr(data, "node_rows"):  # a live run: the rows in the files now
+                rows = max(rows, data.node_rows(name))
+            lines.append(f"    {name}: CPUs: {cpus}, Memory: {round(mem / gib, 2)} GB, "
+                         f"GPUs: {info.get('num_gpus', 0)}; {rows} rows, "
+                         f"{status}" + (", head" if e.get("head") else ""))
+        print("\n".join(lines))
+
+    def _print_resources(self):
         if self.data is not None:
             info = self.data.manifest().get("node_info", {})
         else:
@@ -474,6 +582,9 @@ class SondeMagics(Magics):
         metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] \
             if args.metrics else None
         if args.live is not None:
+            if args.node is not None:
+                raise UsageError("--live plots the kernel's own monitor; without --live, --node "
+                                 "plots the nodes' data as it is now")
             return self._plot_live(args, metrics)
         cells = self._cells(args.cell) if args.cell is not None else self._default_plot_cells()
         direct = args.level is not None or metrics or args.save_jpeg or args.pickle_file or \
@@ -555,9 +666,11 @@ class SondeMagics(Magics):
         p.add_argument("--file", default=None)
         p.add_argument("--name", default=None)
         _level_arg(p)
+        _node_arg(p)
         args = _parse(p, line)
-        level = self._level(args.level)
-        df = self.perfdata(level)
+        data = self._node_data(args.node)
+        level = self._level(args.level, data)
+        df = self.perfdata(level, data)
         path = args.file or args.file_pos
         if not path:
             name = args.name or EXPORT_VARS["perfdata"]
@@ -578,7 +691,9 @@ class SondeMagics(Magics):
             df.to_csv(path, index=False, na_rep="")
         else:
             raise UsageError(f"--file: unsupported format '{fmt}' (expected .csv or .json)")
-        print(f"sonde: {len(df)} rows of the {level} level written to {path}")
+        node = getattr(data, "node_name", None)
+        print(f"sonde: {len(df)} rows of the {level} level"
+              + (f" of node {node}" if node else "") + f" written to {path}")
         return {}
 
     @line_magic
@@ -671,12 +786,14 @@ class SondeMagics(Magics):
         p = _parser("import_session")
         p.add_argument("path")
         args = _parse(p, line)
-        if self.monitor is not None and self.monitor.running:
+        if (self.monitor is not None and self.monitor.running) or \
+                (self.multinode is not None and self.multinode.running):
             raise UsageError("stop the running monitor first (%perfmonitor_stop)")
         data, history = import_session(args.path)
         self.data = data
         self.history = history
         self.monitor = None
+        self.multinode = None
         print(f"sonde: session {args.path} imported: levels {', '.join(data.levels)}, "
               f"{len(history)} cells")
 
@@ -812,6 +929,8 @@ def _stop_at_exit(magics):
         lp.stop()
     if magics.monitor is not None:
         magics.monitor.stop()
+    if magics.multinode is not None:
+        magics.multinode.stop()
 
 
 def unload(ipython):
@@ -827,3 +946,5 @@ def unload(ipython):
         lp.stop()
     if magics.monitor is not None:
         magics.monitor.stop()
+    if magics.multinode is not None:
+        magics.multinode.stop()

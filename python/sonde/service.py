@@ -85,16 +85,17 @@ class PerfmonitorService:
     def disable_perfreports(self):
         _raw(self.magics, "perfmonitor_disable_perfreports")("")
 
-    def show_perfreport(self, cell_range=None, level=None, text=False):
+    def show_perfreport(self, cell_range=None, level=None, text=False, node=None):
         line = self._range(cell_range) + (f" --level {_q(level)}" if level else "")
+        line += f" --node {_q(node)}" if node else ""
         _raw(self.magics, "perfmonitor_perfreport")(line + (" --text" if text else ""))
 
     def plot_performance(self, metrics=None, cell_range=None, level=None, save_jpeg=None,
-                         pickle_file=None, backend=None, live=None):
+                         pickle_file=None, backend=None, live=None, node=None):
         line = self._range(cell_range)
         if metrics:
             line += f" --metrics {_q(','.join(metrics))}"
-        for opt, v in (("--level", level), ("--save-jpeg", save_jpeg),
+        for opt, v in (("--level", level), ("--node", node), ("--save-jpeg", save_jpeg),
                        ("--pickle", pickle_file), ("--backend", backend)):
             if v:
                 line += f" {opt} {_q(v)}"
@@ -103,9 +104,9 @@ class PerfmonitorService:
         _raw(self.magics, "perfmonitor_plot")(line)
 
     # Data ----------------------------------------------------------------------------------
-    def export_perfdata(self, file=None, level=None, name=None):
+    def export_perfdata(self, file=None, level=None, name=None, node=None):
         line = "".join(f" {o} {_q(v)}" for o, v in (("--file", file), ("--level", level),
-                                                     ("--name", name)) if v)
+                                                     ("--name", name), ("--node", node)) if v)
         return self.magics.export_perfdata_frames(line)
 
     def load_perfdata(self, file):
@@ -163,6 +164,8 @@ class PerfmonitorService:
             lp.stop()
         if self.magics.monitor is not None:
             self.magics.monitor.stop()
+        if self.magics.multinode is not None:
+            self.magics.multinode.stop()
 
 
 class PerfmonitorMagicAdapter:
