@@ -158,6 +158,10 @@ int run_cli(int argc, char** argv) {
       ->check(in_range("--duration"));
   agent->add_flag("--end-on-stdin-eof", agent_opts.end_on_stdin_eof,
                   "end when stdin reaches its end (how the head ends its agents)");
+  agent
+      ->add_option("--head", agent_opts.head,
+                   "HOST:PID of the head, left out of the job on its host (set by the head)")
+      ->group("");
   // Tests and benches: several agents on one machine, each a node of its own name.
   agent->add_option("--node-name", agent_opts.node_name, "node name instead of the hostname")
       ->group("");

@@ -9,7 +9,9 @@
 #include <thread>
 
 #include <cerrno>
+#include <charconv>
 #include <iostream>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -53,6 +55,16 @@ int cmd_agent(const CommonOptions& common, const AgentOptions& agent) {
   target.uid = ::getuid();
   target.slurm_job = agent.job;
   target.exclude_pid = ::getpid();
+  if (const auto colon = agent.head.rfind(':'); colon != std::string::npos) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    int pid = 0;
+    const std::string_view pid_text = std::string_view(agent.head).substr(colon + 1);
+    if (std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid).ec ==
+            std::errc() &&
+        agent.head.substr(0, colon) == host)
+      target.exclude_single_pid = pid;
+  }
   EngineOptions eo;
   eo.roots = roots_from_env();
   eo.target = target;

@@ -72,6 +72,9 @@ struct AgentOptions {
   /// --end-on-stdin-eof: end (with the end line) when stdin reaches its end: how the head ends
   /// its agents through srun (`--input=all`), which forwards no signal without killing the step.
   bool end_on_stdin_eof = false;
+  /// --head HOST:PID: the head's process. On that host the agent leaves it out of the job (it
+  /// inherits SLURM_JOB_ID but is sonde, not the job); its children (the command) stay in.
+  std::string head;
 };
 int cmd_agent(const CommonOptions& common, const AgentOptions& agent);
 

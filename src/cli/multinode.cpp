@@ -264,6 +264,13 @@ std::variant<LevelSplit, int> split_levels(const std::string& levels, bool recor
   return s;
 }
 
+// "HOST:PID" of this head: the agent on its host leaves it out of the job (agent --head).
+std::string head_identity() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return fmt::format("{}:{}", host, ::getpid());
+}
+
 std::vector<std::string> launcher_argv(const std::string& program, const SlurmAllocation& alloc,
                                        double interval_s, const std::vector<Level>& levels,
                                        const std::string& config_file) {
@@ -280,7 +287,7 @@ std::vector<std::string> launcher_argv(const std::string& program, const SlurmAl
       // The head ends the agents by closing srun's stdin, which goes to every task (a signal to
       // srun kills the step instead).
       "--input=all", self, "agent", "--end-on-stdin-eof", "--job", alloc.job, "--interval",
-      fmt::format("{}", interval_s), "--levels", lv};
+      fmt::format("{}", interval_s), "--levels", lv, "--head", head_identity()};
   if (!config_file.empty()) {
     argv.push_back("--config");
     argv.push_back(config_file);

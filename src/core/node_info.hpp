@@ -53,6 +53,7 @@ struct TargetInfo {
   std::optional<std::string> slurm_job;  ///< SLURM_JOB_ID from the target's environment
   /// A pid never counted at any level, nor its children: `sonde agent` itself (pid 0: none).
   int exclude_pid = 0;
+  int exclude_single_pid = 0;  ///< left out of every level, its children not (a multi-node head)
 };
 
 /// Discovers node info and limits for `target` (pid 0: sonde itself is used for affinity and

@@ -311,8 +311,10 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   auto resolve = [&](auto&& self, int pid, Entry& e) -> std::uint8_t {
     if (e.resolved) return e.level_mask;
     if (e.resolving) return 0;
-    if (target_.exclude_pid > 0 && (pid == target_.exclude_pid || e.ppid == target_.exclude_pid)) {
-      e.level_mask = 0;  // sonde itself (an agent) and its helper children
+    if ((target_.exclude_pid > 0 &&
+         (pid == target_.exclude_pid || e.ppid == target_.exclude_pid)) ||
+        (target_.exclude_single_pid > 0 && pid == target_.exclude_single_pid)) {
+      e.level_mask = 0;  // sonde itself (an agent) and its helper children; the head
       e.resolved = true;
       return 0;
     }
