@@ -1,9 +1,11 @@
 """End to end (issue 15): three `sonde serve --per-job` "nodes", each in its own PID and UTS
 namespace (`unshare --pid --fork --mount-proc --uts`, own hostname nA/nB/nC), a real Prometheus
 scraping them every second, and a "job" (SLURM_JOB_ID in its processes' environment) that burns
-a core on nA, holds 300 MiB on nB and idles on nC for about 20 s. Then `sonde jobstats` and
+a core on nA, holds 300 MiB on nB and idles on nC for about 20 s. The job starts once
+Prometheus has scraped every node, so its whole life is in Prometheus. Then `sonde jobstats` and
 `sonde report --prometheus` are checked against the ground truth — CPU seconds from the burner's
-rusage (±3 %), memory from its statm (±2 %), docs/accuracy.md — and the nodes' names.
+rusage (±3 %), memory from its statm (±2 %), docs/accuracy.md — its elapsed time (its processes'
+first start to last reap, within a scrape or two) and the nodes' names.
 
 Needs root (namespaces), Debian's prometheus, SONDE_BINARY and SONDE_WORKLOAD.
 """
@@ -84,7 +86,9 @@ def cluster():
         for name, cmd in nodes.items():
             # Each exporter picks a free port itself (--listen 127.0.0.1:0) and says which on
             # stderr: no race with other processes for a port chosen beforehand.
-            script = (f"hostname {name} && "
+            # ("hostname X && runner & exec serve" would put the hostname into the background
+            # with the runner: serve then raced it for its node name.)
+            script = (f"hostname {name} || exit 1; "
                       f"{sys.executable} {runner} {tmp}/{name}.json {go} {' '.join(cmd)} & "
                       f"exec {SONDE} serve --per-job --interval 0.5 --listen 127.0.0.1:0")
             procs.append(subprocess.Popen(
@@ -104,7 +108,8 @@ def cluster():
                 f"{tmp}/{name}.err").read()[-3000:]
             # The exporter on that port is this node's (its hostname, from its UTS namespace).
             text = fetch(f"http://127.0.0.1:{ports[name]}/metrics")
-            assert f'sonde_node_info{{nodename="{name}"}} 1' in text, (name, text[-3000:])
+            info = [ln for ln in text.splitlines() if ln.startswith("sonde_node_info{")]
+            assert info == [f'sonde_node_info{{nodename="{name}"}} 1'], (name, info)
         targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports.values())
         prom = promtest.Prometheus(tmp, os.path.join(tmp, "data"), scrape_interval="1s",
                                    scrape_configs=f"  - job_name: sonde\n"
