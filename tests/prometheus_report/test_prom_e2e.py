@@ -1,8 +1,8 @@
 """End to end (issue 15): three `sonde serve --per-job` "nodes", each in its own PID and UTS
 namespace (`unshare --pid --fork --mount-proc --uts`, own hostname nA/nB/nC), a real Prometheus
 scraping them every second, and a "job" (SLURM_JOB_ID in its processes' environment) that burns
-a core on nA, holds 300 MiB on nB and idles on nC for about 20 s. The job starts once
-Prometheus has scraped every node, so its whole life is in Prometheus. Then `sonde jobstats` and
+a core on nA for about 20 s, holds 300 MiB on nB and idles on nC for half of that. The job
+starts once Prometheus has scraped every node, so its whole life is in Prometheus. Then `sonde jobstats` and
 `sonde report --prometheus` are checked against the ground truth — CPU seconds from the burner's
 rusage (±3 %), memory from its statm (±2 %), docs/accuracy.md — its elapsed time (its processes'
 first start to last reap, within a scrape or two) and the nodes' names.
@@ -78,8 +78,9 @@ def cluster():
     with open(runner, "w") as f:
         f.write(RUNNER)
     nodes = {"nA": [WORKLOAD, "burn", str(SECONDS)],
-             "nB": [WORKLOAD, "hold", "300", str(SECONDS)],
-             "nC": [WORKLOAD, "sleep", str(SECONDS)]}
+             # Ending at half time on two of three nodes: the scrape interval is still 1 s.
+             "nB": [WORKLOAD, "hold", "300", str(SECONDS // 2)],
+             "nC": [WORKLOAD, "sleep", str(SECONDS // 2)]}
     procs = []
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SONDE"))}
     env["JOB"] = JOB
@@ -181,6 +182,8 @@ def test_jobstats_against_the_ground_truth(cluster):
     # busy machine the burner gets less than its core: the tag follows the efficiency.
     assert a["cpus"] == 1, a
     assert abs(a["cpu_efficiency"] - a["cpu_seconds"] / s["elapsed_s"]) < 1e-9, (a, s)
+    # Prometheus scrapes every second (more only where it missed scrapes on a busy machine).
+    assert 0.9 <= s["scrape_interval_s"] <= 1.5, s
     lived = max(t["end"] for t in truth.values()) - min(t["start"] for t in truth.values())
     assert abs(s["elapsed_s"] - lived) <= 1.5 + s["scrape_interval_s"], (s, lived)
     assert ("cpu-bound" in a["tags"]) == (a["cpu_efficiency"] >= 0.7), a
