@@ -168,15 +168,18 @@ Result<JobWindow> find_job(Api& api, const JobQuery& q) {
     per_instance[inst] = std::max(per_instance[inst], s.samples.front().v);
     if (w.user.empty()) w.user = s.label("user");
   }
-  std::vector<double> intervals;
+  // An instance's n samples lie within the job's window, so (to − from) / (n − 1) is at most
+  // its scrape interval: exact for an instance that lasted the whole job, larger for one where
+  // the job started late or ended early (a median over instances took those: a job that ended
+  // on two of three nodes at half time got twice the interval). The smallest bound is the
+  // estimate.
+  w.scrape_s = 0;
   for (const auto& [inst, n] : per_instance)
-    if (n > 1) intervals.push_back((to - from) / (n - 1));
-  if (!intervals.empty()) {
-    std::nth_element(intervals.begin(), intervals.begin() + intervals.size() / 2, intervals.end());
-    w.scrape_s = intervals[intervals.size() / 2];
-  } else {
-    w.scrape_s = 15;  // Prometheus' default scrape interval
-  }
+    if (n > 1) {
+      const double bound = (to - from) / (n - 1);
+      if (w.scrape_s == 0 || bound < w.scrape_s) w.scrape_s = bound;
+    }
+  if (!(w.scrape_s > 0)) w.scrape_s = 15;  // one sample each: Prometheus' default interval
   for (const auto& [inst, n] : per_instance) w.nodes.push_back(JobNode{inst, inst});
 
   const std::string J = job_selector(q.job);
