@@ -81,13 +81,13 @@ bool node_has_slurm_cgroups(const Roots& roots) {
 }
 
 JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgroups,
-                                    const std::string* environ_text) {
+                                    const std::string* environ_text,
+                                    std::string* cgroup_text) {
   JobAttribution a;
   if (auto cg = read_file(pid_dir + "/cgroup")) {
-    if ((a.job = slurm_job_from_cgroup(*cg))) {
-      a.source = JobSource::cgroup;
-      return a;
-    }
+    if ((a.job = slurm_job_from_cgroup(*cg))) a.source = JobSource::cgroup;
+    if (cgroup_text) *cgroup_text = std::move(*cg);
+    if (a.job) return a;
   }
   // Where Slurm uses cgroups, a process outside a job cgroup is in no job, whatever its
   // environment says; elsewhere the environment is all there is.

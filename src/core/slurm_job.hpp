@@ -37,9 +37,11 @@ struct JobAttribution {
 /// else, only on a node without Slurm cgroups (`slurm_cgroups` false), SLURM_JOB_ID from its
 /// environment — which its owner can set to anything, so that fallback is claimable — when it
 /// is a plain job id (digits, at most 20). `environ_text`, when given, is the process'
-/// environment already read (it is then not read again).
+/// environment already read (it is then not read again); `cgroup_text`, when given, receives
+/// its cgroup file (the exporter reads the job's cgroup directories from it).
 JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgroups,
-                                    const std::string* environ_text = nullptr);
+                                    const std::string* environ_text = nullptr,
+                                    std::string* cgroup_text = nullptr);
 
 /// Whether `id` is a plain Slurm job id: 1 to 20 digits.
 bool is_plain_job_id(std::string_view id);

@@ -116,58 +116,6 @@ std::optional<T> to_num(std::string_view s) {
 
 }  // namespace
 
-std::optional<std::string> slurm_job_from_cgroup(std::string_view text) {
-  // v1 ("4:memory:/slurm/uid_1000/job_1234/step_0") and v2
-  // ("0::/system.slice/slurmstepd.scope/job_1234/step_batch/user/task_0").
-  std::optional<std::string> job;
-  for_each_cgroup_line(text, [&](std::string_view, std::string_view path) {
-    if (auto j = job_in_path(path)) job = std::move(j->id);
-    return !job;
-  });
-  return job;
-}
-
-bool node_has_slurm_cgroups(const Roots& roots) {
-  const std::string base = roots.sys + "/fs/cgroup";
-  struct stat st {};
-  if (::stat((base + "/system.slice/slurmstepd.scope").c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    return true;
-  if (::stat((base + "/cgroup.controllers").c_str(), &st) == 0) return false;  // v2 only
-  auto controllers = list_dir(base);
-  if (!controllers) return false;
-  for (const std::string& c : *controllers) {
-    auto entries = list_dir(base + "/" + c);
-    if (!entries) continue;
-    for (const std::string& e : *entries)
-      if (e.starts_with("slurm") && ::stat((base + "/" + c + "/" + e).c_str(), &st) == 0 &&
-          S_ISDIR(st.st_mode))
-        return true;
-  }
-  return false;
-}
-
-JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgroups,
-                                    std::string* cgroup_text) {
-  JobAttribution a;
-  if (auto cg = read_file(pid_dir + "/cgroup")) {
-    if ((a.job = slurm_job_from_cgroup(*cg))) a.source = JobSource::cgroup;
-    if (cgroup_text) *cgroup_text = std::move(*cg);
-    if (a.job) return a;
-  }
-  // Where Slurm uses cgroups, a process outside a job cgroup is in no job, whatever its
-  // environment says; elsewhere the environment is all there is.
-  if (slurm_cgroups) return a;
-  if (auto env = read_file(pid_dir + "/environ")) {
-    if (auto v = procfs::environ_value(*env, "SLURM_JOB_ID")) {
-      if (auto id = job_id_at(*v); id && id->size() == v->size()) {
-        a.job = std::move(id);
-        a.source = JobSource::environment;
-      }
-    }
-  }
-  return a;
-}
-
 // ---- Job cgroups and environments -----------------------------------------------------------
 
 CgroupLayout CgroupLayout::discover(const Roots& roots) {
@@ -591,7 +539,7 @@ const OwnerUsage& OwnerScanner::scan() {
       k.uid = *uid;
       if (jobs_) {
         cgroup_text.clear();
-        k.job = slurm_job_of_process(dir, slurm_cgroups_, &cgroup_text).job;
+        k.job = slurm_job_of_process(dir, slurm_cgroups_, nullptr, &cgroup_text).job;
         if (k.job) learn_job(pid, *k.job, cgroup_text);
       }
     }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/fs.hpp"
+#include "core/slurm_job.hpp"
 
 namespace sonde::prom {
 
@@ -212,30 +213,11 @@ class OwnerScanner {
   double clk_tck_;
 };
 
-/// The Slurm job id in /proc/<pid>/cgroup text when the process is in a job cgroup that
-/// slurmstepd made, which no user can join or forge: cgroup v1 "/slurm[…]/uid_<u>/job_<id>/…" at
-/// the top of a hierarchy, v2 "…/slurmstepd.scope/job_<id>/…" outside the user slices (systemd
-/// delegates cgroups to users only under /user.slice, where a "job_<id>" could be anyone's).
-std::optional<std::string> slurm_job_from_cgroup(std::string_view cgroup_text);
-
-/// Whether this node puts Slurm jobs into cgroups (then every process of a job is in its job's
-/// cgroup): v2 `<sys>/fs/cgroup/system.slice/slurmstepd.scope`, or v1
-/// `<sys>/fs/cgroup/<controller>/slurm*`.
-bool node_has_slurm_cgroups(const Roots& roots);
-
-/// Where a process' job came from.
-enum class JobSource { none, cgroup, environment };
-
-struct JobAttribution {
-  std::optional<std::string> job;
-  JobSource source = JobSource::none;
-};
-
-/// The Slurm job of the process at `pid_dir` (/proc/<pid>): its job cgroup when it has one;
-/// else, only on a node without Slurm cgroups (`slurm_cgroups` false), SLURM_JOB_ID from its
-/// environment — which its owner can set to anything, so that fallback is claimable — when it
-/// is a plain job id (digits, at most 20). `cgroup_text`, when given, receives the cgroup file.
-JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgroups,
-                                    std::string* cgroup_text = nullptr);
+// Which job a process belongs to: one rule for the slurm level, the agents and the exporter.
+using sonde::JobAttribution;
+using sonde::JobSource;
+using sonde::node_has_slurm_cgroups;
+using sonde::slurm_job_from_cgroup;
+using sonde::slurm_job_of_process;
 
 }  // namespace sonde::prom

@@ -29,8 +29,13 @@ wait_job() {  # JOBID TIMEOUT: until the job left RUNNING/PENDING
 # stays 1.5 s after its workload: it reaps the burners, so their last CPU reaches the job through
 # its counters (a process of the job whose parent is not in it takes its last partial interval
 # along when it exits: docs/multinode.md).
+# The workload starts when $W/go exists: at once under run --slurm (the command starts after the
+# agents are ready), and under record once the agents say ready (a process' CPU time from before
+# sonde first saw it is not counted, so a burn that began earlier would be partly unseen).
 cat > "$W/task.sh" <<TASK
 #!/bin/sh
+i=0
+while [ ! -e "$W/go" ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i+1)); done
 case \$(hostname) in
   n1) "$WORKLOAD" burn 5 & "$WORKLOAD" burn 5; wait; sleep 1.5 ;;
   n2) "$WORKLOAD" hold 500 7 >/dev/null; sleep 1.5 ;;
@@ -39,8 +44,10 @@ esac
 TASK
 chmod +x "$W/task.sh"
 
+rm -f "$W/go"
 case $CASE in
 figures|agent|node)
+  touch "$W/go"
   extra=""
   [ "$CASE" = node ] && extra="--no-kill"
   job=$(sbatch --parsable -N3 $extra -o "$W/job.out" -e "$W/job.err" --wrap \
@@ -70,8 +77,21 @@ record)
   for i in $(seq 60); do
     [ "$(squeue -j "$job" -h -o %T)" = RUNNING ] && break; sleep 0.5
   done
-  "$SONDE" record --slurm-job "$job" --interval 0.5 --out "$W/run" 2> "$W/record.err" ||
-    { cat "$W/record.err" >&2; fail "record exited $?"; }
+  "$SONDE" record --slurm-job "$job" --interval 0.5 --out "$W/run" 2> "$W/record.err" &
+  rec=$!
+  # Go once the manifest lists the three nodes as running (their agents are ready).
+  for i in $(seq 300); do
+    n=$(/usr/bin/python3 -c 'import json,sys
+try:
+    m = json.load(open(sys.argv[1]))
+    print(sum(1 for x in m.get("nodes", []) if x.get("status") == "running"))
+except Exception:
+    print(0)' "$W/run/manifest.json" 2>/dev/null)
+    [ "$n" = 3 ] && break
+    sleep 0.1
+  done
+  touch "$W/go"
+  wait $rec || { cat "$W/record.err" >&2; fail "record exited $?"; }
   cat "$W/record.err" >&2
   wait_job "$job" 60 >/dev/null || true
   ;;
