@@ -80,6 +80,8 @@ TEST(MultinodeSqliteStore, NodesAndAggregateReadBackAndTagsAgree) {
     head.on_line("1: " + sample(t0 + k, 1, 0.5), t0 + k + 0.01, 1 + k);
     head.tick(1.1 + k, t0 + k + 0.1);
   }
+  head.on_line("0: {\"status\":\"end\"}", t0 + 7, 8);
+  head.on_line("1: {\"status\":\"end\"}", t0 + 7, 8);
   head.finish(8);
   const nlohmann::json live = head.summary_json();
   EXPECT_TRUE(has_tag(live["tags"], "node-imbalance")) << live.dump(2);
