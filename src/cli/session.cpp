@@ -328,6 +328,13 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
 
   RunEnd end;
   end.summary = summary_json(engine, stats, outcome);
+  // run --slurm: the job's tags (node-imbalance, computed live from the nodes' rows) are the
+  // run's too, so that the stored summary (`sonde runs show`) says what the report finds.
+  if (head) {
+    const nlohmann::json job = head->summary_json();
+    if (job.contains("tags") && job["tags"].is_array() && end.summary["tags"].is_array())
+      for (const auto& t : job["tags"]) end.summary["tags"].push_back(t);
+  }
   end.outcome = outcome;
   end.ticks = engine.ticks() - (sampling.primed ? 1 : 0);
   end.ticks_missed = sampler.missed();

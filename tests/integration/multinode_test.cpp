@@ -528,8 +528,12 @@ TEST(Multinode, RunIntoSqliteStoresTheNodesAndTheAggregate) {
   ASSERT_NE(head_at, std::string::npos) << r.err;
   const std::string head_tags = tags_line(r.err, head_at);
   const bool live = head_tags.find("node-imbalance") != std::string::npos;
-  const bool stored = show.out.find("node-imbalance") != std::string::npos;
+  // The stored summary's tags (the text part of `runs show`, before its manifest).
+  const std::string show_tags = tags_line(show.out);
+  const bool stored = show_tags.find("node-imbalance") != std::string::npos;
   EXPECT_EQ(live, stored) << "head: " << head_tags << "\nruns show:\n" << show.out;
+  EXPECT_EQ(tags_line(r.err).find("node-imbalance") != std::string::npos, live)
+      << "the command's summary has the job's tags: " << r.err;
   EXPECT_NE(r.err.find("nodes (3, figures of their slurm level):", head_at), std::string::npos)
       << r.err;
 
@@ -576,9 +580,11 @@ TEST(Multinode, RunIntoSqliteStoresTheNodesAndTheAggregate) {
                                      "-o", (dir / "n3.html").string(), "--uncompressed"});
   ASSERT_EQ(rep.status, 0) << rep.describe();
   EXPECT_NE(read_file(dir / "n3.html").find("\"host\":\"n3\""), std::string::npos);
-  const RunResult all = run_command(
-      {sonde_binary(), "report", db.string() + "#1", "-o", (dir / "all.html").string()});
+  const RunResult all = run_command({sonde_binary(), "report", db.string() + "#1", "-o",
+                                     (dir / "all.html").string(), "--uncompressed"});
   ASSERT_EQ(all.status, 0) << all.describe();
+  EXPECT_EQ(read_file(dir / "all.html").find("node-imbalance") != std::string::npos, live)
+      << "the report of the stored run and the head agree: " << head_tags;
 }
 
 TEST(Multinode, RecordARunningJobIntoSqlite) {
