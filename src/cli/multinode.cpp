@@ -27,6 +27,7 @@
 #include "core/sampler.hpp"
 #include "core/slurm_job.hpp"
 #include "sinks/csv_run_dir.hpp"
+#include "sinks/multinode_sqlite.hpp"
 #include "sinks/sqlite.hpp"
 
 extern char** environ;
@@ -474,12 +475,8 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
   auto split = split_levels(common.levels, true);
   if (auto* s = std::get_if<int>(&split)) return *s;
   const std::vector<Level> levels = std::get<LevelSplit>(split).agents;
-  if (common.format == "sqlite" || (common.format.empty() && is_sqlite_path(common.out))) {
-    print_error(
-        "record --slurm-job: multi-node runs are written as a run directory (CSV) for now; give "
-        "--out DIR");
-    return kExitUsage;
-  }
+  const bool to_sqlite =
+      common.format == "sqlite" || (common.format.empty() && is_sqlite_path(common.out));
   auto alloc_r = allocation_of_job(so.slurm_job);
   if (auto* s = std::get_if<int>(&alloc_r)) return *s;
   const SlurmAllocation alloc = std::get<SlurmAllocation>(alloc_r);
@@ -488,8 +485,9 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
   const std::vector<std::string> argv = launcher_argv(std::get<std::string>(launcher_r), alloc,
                                                       cfg->interval_s, levels, common.config_file);
 
-  const std::string dir = !common.out.empty()
-                              ? common.out
+  const std::string dir = !common.out.empty() ? common.out
+                          : to_sqlite
+                              ? default_sqlite_path(cfg->out_dir)
                               : RunDirSink::default_dir(cfg->out_dir, {"slurm-job-" + alloc.job});
   utsname u{};
   ::uname(&u);
@@ -511,10 +509,23 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
                              {"exit_status", nullptr},
                              {"complete", false},
                              {"ticks", 0}};
-  auto store = multinode::make_csv_store(dir, {}, manifest);
-  if (!store) {
-    print_error(store.error().message);
-    return store.error().code == Errc::config ? kExitUsage : kExitFailure;
+  std::unique_ptr<multinode::Store> store;
+  multinode::SqliteStore* sqlite = nullptr;
+  if (to_sqlite) {
+    auto st = multinode::make_sqlite_store(dir, manifest);
+    if (!st) {
+      print_error(st.error().message);
+      return st.error().code == Errc::config ? kExitUsage : kExitFailure;
+    }
+    sqlite = st->get();
+    store = std::move(*st);
+  } else {
+    auto st = multinode::make_csv_store(dir, {}, manifest);
+    if (!st) {
+      print_error(st.error().message);
+      return st.error().code == Errc::config ? kExitUsage : kExitFailure;
+    }
+    store = std::move(*st);
   }
   multinode::HeadOptions ho;
   ho.job = alloc.job;
@@ -524,7 +535,7 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
   ho.levels = levels;
   ho.launcher = argv;
   ho.confirm_agent_ends = true;
-  multinode::Head head(ho, **store);
+  multinode::Head head(ho, *store);
 
   SignalGuard signals(/*with_sigchld=*/false);
   AgentLauncher launcher(head);
@@ -577,13 +588,21 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
   launcher.stop();
   head.finish(monotonic_now());
   const nlohmann::json summary = head.summary_json();
-  (*store)->set_manifest("ticks", ticks);
-  (*store)->set_manifest("ticks_missed", missed);
-  (*store)->set_manifest("summary", summary);
-  (*store)->set_manifest("end_wallclock", wallclock_now());
-  (*store)->set_manifest("complete", !(*store)->failed());
-  if (!common.quiet)
-    std::cerr << multinode::Head::summary_text(summary) << "  run directory " << dir << "\n";
+  std::string where = "run directory " + dir;
+  if (sqlite) {
+    // The run's row: its end, `complete` (unless a write failed), its summary.
+    RunOutcome outcome;
+    outcome.run_dir = sqlite->sink().location();
+    sqlite->sink().finish(outcome, summary, ticks, missed);
+    where = "run " + sqlite->sink().location();
+  } else {
+    store->set_manifest("ticks", ticks);
+    store->set_manifest("ticks_missed", missed);
+    store->set_manifest("summary", summary);
+    store->set_manifest("end_wallclock", wallclock_now());
+    store->set_manifest("complete", !store->failed());
+  }
+  if (!common.quiet) std::cerr << multinode::Head::summary_text(summary) << "  " << where << "\n";
   if (!common.summary_json.empty()) {
     if (auto ok = write_file_atomic(common.summary_json, summary.dump(2) + "\n"); !ok)
       print_error(ok.error().message);

@@ -23,6 +23,7 @@
 #include "sinks/csv_run_dir.hpp"
 #include "sinks/format.hpp"
 #include "sinks/json_stream.hpp"
+#include "sinks/multinode_sqlite.hpp"
 #include "sinks/session_sinks.hpp"
 #include "sinks/sink.hpp"
 #include "sinks/sqlite.hpp"
@@ -48,7 +49,8 @@ double tv_s(const timeval& tv) {
 /// the command starts: an unwritable --out starts nothing. Returns an exit status on failure.
 std::optional<int> add_output(const CommonOptions& common, const SessionOptions& so,
                               const Config& cfg, const Engine& engine, int target_pid,
-                              SinkSet& sinks, RunDirSink** run_dir = nullptr) {
+                              SinkSet& sinks, RunDirSink** run_dir = nullptr,
+                              SqliteSink** sqlite = nullptr) {
   if (so.mode == Mode::stream) {
     sinks.add(make_json_stream_sink(STDOUT_FILENO, engine, so.stream_protocol));
     return std::nullopt;
@@ -67,6 +69,7 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
       print_error(sink.error().message);
       return sink.error().code == Errc::config ? kExitUsage : kExitFailure;
     }
+    if (sqlite) *sqlite = sink->get();
     sinks.add(make_sqlite_sink(std::move(*sink)));
     return std::nullopt;
   }
@@ -146,12 +149,6 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     auto sp = split_levels(common.levels, false);
     if (auto* st = std::get_if<int>(&sp)) return *st;
     split = std::get<LevelSplit>(sp);
-    if (common.format == "sqlite" || (common.format.empty() && is_sqlite_path(common.out))) {
-      print_error(
-          "run --slurm: multi-node runs are written as a run directory (CSV) for now; give --out "
-          "DIR; nothing was started");
-      return kExitUsage;
-    }
   }
   auto fail = [&](const std::string& msg, int status) {
     print_error(msg);
@@ -210,28 +207,33 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   SinkSet sinks;
   sinks.add(make_stats_sink(stats));
   RunDirSink* run_dir = nullptr;
-  if (auto status = add_output(common, so, *cfg, engine, target_pid, sinks, &run_dir))
+  SqliteSink* sqlite = nullptr;
+  if (auto status = add_output(common, so, *cfg, engine, target_pid, sinks, &run_dir, &sqlite))
     return *status;
 
-  // run --slurm: the agents' rows go to nodes/<node>/ of the run directory, the aggregate on this
-  // run's grid (a sink after the run directory's).
+  // run --slurm: the agents' rows go to nodes/<node>/ of the run directory (or with their node's
+  // name in the database), the aggregate on this run's grid (a sink after the run's own).
   std::unique_ptr<multinode::Store> mn_store;
   std::unique_ptr<multinode::Head> head;
   std::unique_ptr<AgentLauncher> launcher;
   std::vector<std::string> launcher_args;
-  if (multinode && run_dir) {
+  if (multinode && (run_dir || sqlite)) {
     nlohmann::json base;
     base["levels"] = levels_json(engine);
     base["columns_by_level"] = columns_by_level_json(engine);
     nlohmann::json files = nlohmann::json::object();
     for (Level l : engine.levels())
       files[std::string(level_name(l))] = fmt::format("perf_{}.csv", level_name(l));
-    base["files"] = files;
-    auto st = multinode::make_csv_store(
-        run_dir->dir(),
-        [run_dir](const std::string& k, nlohmann::json v) { run_dir->update(k, v); }, base);
-    if (!st) return fail(st.error().message, kExitFailure);
-    mn_store = std::move(*st);
+    if (run_dir) {
+      base["files"] = files;
+      auto st = multinode::make_csv_store(
+          run_dir->dir(),
+          [run_dir](const std::string& k, nlohmann::json v) { run_dir->update(k, v); }, base);
+      if (!st) return fail(st.error().message, kExitFailure);
+      mn_store = std::move(*st);
+    } else {
+      mn_store = std::make_unique<multinode::SqliteStore>(*sqlite, base);
+    }
     launcher_args = launcher_argv(launcher_program, alloc, engine.interval_s(), split.agents,
                                   common.config_file);
     multinode::HeadOptions ho;
@@ -326,6 +328,13 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
 
   RunEnd end;
   end.summary = summary_json(engine, stats, outcome);
+  // run --slurm: the job's tags (node-imbalance, computed live from the nodes' rows) are the
+  // run's too, so that the stored summary (`sonde runs show`) says what the report finds.
+  if (head) {
+    const nlohmann::json job = head->summary_json();
+    if (job.contains("tags") && job["tags"].is_array() && end.summary["tags"].is_array())
+      for (const auto& t : job["tags"]) end.summary["tags"].push_back(t);
+  }
   end.outcome = outcome;
   end.ticks = engine.ticks() - (sampling.primed ? 1 : 0);
   end.ticks_missed = sampler.missed();

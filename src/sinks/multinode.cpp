@@ -382,6 +382,8 @@ struct Head::Node {
   };
   std::array<Latest, kNumLevels> latest;
   std::array<ColumnStats, 4> stats{};  // at the summary level: cpu cores, memory, io_read/write
+  ColumnStats cpu_pct;                 // at the summary level: cpu_util_avg (the imbalance rule)
+  std::uint64_t busy_rows = 0;         // rows of cpu_pct above kNodeBusyPct
   std::uint64_t lines_after_end = 0;
   std::string srun_reason;  // confirm_agent_ends: what srun said of its task, held
 };
@@ -581,6 +583,10 @@ void Head::handle_sample(Node& n, const nlohmann::json& doc) {
       return it == n.index[li].end() ? kNaN : latest.values[it->second];
     };
     n.stats[0].add(col("cpu_util_avg") / 100 * n.num_cpus[li], dt);
+    // The node-imbalance rule's inputs, as `sonde runs show` computes them from the stored rows.
+    const double pct = col("cpu_util_avg");
+    n.cpu_pct.add(pct, dt);
+    if (std::isfinite(pct) && pct > kNodeBusyPct) ++n.busy_rows;
     n.stats[1].add(col("memory"), dt);
     n.stats[2].add(col("io_read"), dt);
     n.stats[3].add(col("io_write"), dt);
@@ -883,6 +889,7 @@ nlohmann::json Head::summary_json() const {
   double cpus = 0;
   int counted = 0;
   nlohmann::json per_node = nlohmann::json::array();
+  std::vector<TagInputs::NodeCpu> node_cpu;
   std::vector<const Node*> sorted;
   for (const auto& n : nodes_)
     if (n) sorted.push_back(n.get());
@@ -894,6 +901,14 @@ nlohmann::json Head::summary_json() const {
     e["status"] = n->status;
     e["reason"] = n->reason;
     e["rows"] = n->rows;
+    e["head"] = !opts_.head_host.empty() && n->name == opts_.head_host;
+    e["clock_offset_s"] = n->offset ? nlohmann::json(*n->offset) : nlohmann::json();
+    if (auto m = n->cpu_pct.mean()) {
+      e["cpu_mean_pct"] = *m;
+      e["cpu_peak_pct"] = n->cpu_pct.max;
+      node_cpu.push_back(
+          {*m, static_cast<double>(n->busy_rows) / static_cast<double>(n->cpu_pct.count)});
+    }
     const double c = n->num_cpus[level_index(sl)];
     e["num_cpus"] = std::isfinite(c) && c > 0 ? nlohmann::json(c) : nlohmann::json();
     if (std::isfinite(c) && c > 0 && n->ready) {
@@ -906,6 +921,8 @@ nlohmann::json Head::summary_json() const {
   j["nodes"] = static_cast<int>(sorted.size());
   j["aggregate"] = agg;
   j["per_node"] = per_node;
+  j["tags"] = nlohmann::json::array();
+  if (node_imbalance(node_cpu)) j["tags"].push_back("node-imbalance");
   return j;
 }
 
@@ -933,17 +950,14 @@ std::string Head::summary_text(const nlohmann::json& s) {
       s.value("job", std::string()), s.value("nodes", 0), s.value("level", std::string()),
       s.contains("aggregate") ? s["aggregate"].value("rows", 0) : 0);
   if (s.contains("aggregate")) out += line("all nodes", s["aggregate"]) + "\n";
-  if (s.contains("per_node"))
-    for (const auto& n : s["per_node"]) {
-      out += line(n.value("name", std::string("?")), n);
-      const std::string status = n.value("status", std::string());
-      if (status != "complete")
-        out += fmt::format("; {}{}", status,
-                           n.value("reason", std::string()).empty()
-                               ? std::string()
-                               : ": " + n.value("reason", std::string()));
-      out += "\n";
-    }
+  // The nodes as `sonde runs show` lists them.
+  if (s.contains("per_node") && s["per_node"].is_array())
+    out += summary_nodes_text({{"nodes", s["per_node"]}, {"node_level", s.value("level", "")}});
+  std::string tags;
+  if (s.contains("tags") && s["tags"].is_array())
+    for (const auto& t : s["tags"])
+      if (t.is_string()) tags += (tags.empty() ? "" : ", ") + t.get<std::string>();
+  out += fmt::format("  tags         {}\n", tags.empty() ? std::string("none") : tags);
   (void)kGiB;
   return out;
 }

@@ -217,11 +217,17 @@ bool SqliteSink::flush() {
 
 Result<void> SqliteSink::add_node(const std::string& node,
                                   const std::array<std::vector<std::string>, kNumLevels>& columns) {
-  if (node.empty()) return make_error(Errc::config, "SqliteSink::add_node: a node needs a name");
-  for (const auto& [key, n] : node_ticks_)
-    if (key.first == node)
-      return make_error(Errc::config, fmt::format("{}: node {} added twice to run {}", db_->path(),
-                                                  node, run_id_));
+  // A node's levels may come in several calls (each level once); node '' (the aggregate) may
+  // add levels that create() did not have (a multi-node head learns their columns late).
+  for (Level l : kAllLevels) {
+    if (columns[level_index(l)].empty()) continue;
+    if (node.empty() && std::find(levels_.begin(), levels_.end(), l) != levels_.end())
+      return make_error(Errc::config, fmt::format("{}: level {} of run {} already has its columns",
+                                                  db_->path(), level_name(l), run_id_));
+    if (node_ticks_.contains({node, l}))
+      return make_error(Errc::config, fmt::format("{}: node {} added twice to run {} (level {})",
+                                                  db_->path(), node, run_id_, level_name(l)));
+  }
   if (failed_) return make_error(Errc::io, fmt::format("{}: the run's writes failed", db_->path()));
   // Rows queued before (other nodes' first rows) go first: one transaction at a time.
   (void)flush();

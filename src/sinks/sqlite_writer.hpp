@@ -50,8 +50,10 @@ class SqliteSink {
   // written. The manifest's `nodes` is set with update("nodes", ...).
 
   /// Adds the columns (without time/wallclock) of a node's levels; `columns[level_index(l)]`
-  /// empty: the node does not record `l`. A name that is empty, or a node added twice, is an
-  /// error (Errc::config); a write failure is Errc::io (and reported like write()'s).
+  /// empty: the node does not record `l`. A node's levels may be added in several calls; a
+  /// level added twice, or a level of node '' that create() had, is an error (Errc::config); a
+  /// write failure is Errc::io (and reported like write()'s). Node '' adds aggregate levels whose
+  /// columns were not known at create() (rows with write_node_row("", ...)).
   Result<void> add_node(const std::string& node,
                         const std::array<std::vector<std::string>, kNumLevels>& columns);
   /// Queues one row of `node` ("" = the aggregate) at `level`: its time and wallclock (the

@@ -3,6 +3,7 @@
 // --label does) and fake squeue/scontrol (tests/multinode/fake_slurm). Every fake node sees the
 // same machine, so a process of the job is seen by each of them: the aggregate is N times one
 // node, and every aggregate row is checked against the nodes' own files.
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sinks/run_data.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {
@@ -81,6 +83,45 @@ std::vector<Node> read_nodes(const fs::path& run, const nlohmann::json& manifest
     nodes.push_back(std::move(node));
   }
   return nodes;
+}
+
+/// Rows of a query as text cells ("NULL" for NULL).
+std::vector<std::vector<std::string>> query(const fs::path& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  std::vector<std::vector<std::string>> out;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    ADD_FAILURE() << "cannot open " << db << ": " << sqlite3_errmsg(h);
+    sqlite3_close(h);
+    return out;
+  }
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(h, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+    ADD_FAILURE() << db << ": " << sql << ": " << sqlite3_errmsg(h);
+  } else {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      std::vector<std::string> row;
+      for (int i = 0; i < sqlite3_column_count(st); ++i) {
+        const auto* t = sqlite3_column_text(st, i);
+        row.emplace_back(t ? reinterpret_cast<const char*>(t) : "NULL");
+      }
+      out.push_back(std::move(row));
+    }
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  return out;
+}
+
+std::string scalar(const fs::path& db, const std::string& sql) {
+  const auto rows = query(db, sql);
+  return rows.empty() || rows[0].empty() ? "<none>" : rows[0][0];
+}
+
+/// The "tags" line of a summary text (the head's or `sonde runs show`'s), after `from`.
+std::string tags_line(const std::string& text, std::size_t from = 0) {
+  const auto at = text.find("  tags ", from);
+  if (at == std::string::npos) return "<no tags line>";
+  return text.substr(at, text.find('\n', at) - at);
 }
 
 /// Every aggregate row with all nodes is, for one choice of each node's candidate rows, exactly
@@ -423,6 +464,174 @@ TEST(Multinode, RecordARunningJobFromOutside) {
   EXPECT_FALSE(fs::exists(run / "perf_process.csv"));
   EXPECT_NE(r.err.find("sonde multi-node summary (job " + job + ", 2 nodes"), std::string::npos)
       << r.err;
+}
+
+TEST(Multinode, RunIntoSqliteStoresTheNodesAndTheAggregate) {
+  const std::string job = job_id();
+  const fs::path dir = scratch_dir("multinode_sqlite_run");
+  const fs::path db = dir / "runs.sqlite";
+  // n1 and n2 see the job burn every CPU; n3's agent records another job (no process): idle.
+  const std::string burn = std::string(workload_binary()) + " burn 4";
+  const RunResult r =
+      run_command({sonde_binary(), "run", "--slurm", "--interval", "0.5", "--out", db.string(),
+                   "--", "sh", "-c", "for i in $(seq $(nproc)); do " + burn + " & done; wait"},
+                  in_allocation(job, 3, {{"FAKE_SRUN_JOB", "2:" + job_id()}}));
+  ASSERT_EQ(r.status, 0) << r.describe();
+  ASSERT_EQ(scalar(db, "SELECT count(*) FROM runs"), "1");
+  EXPECT_EQ(scalar(db, "SELECT complete FROM runs"), "1");
+  const nlohmann::json m = nlohmann::json::parse(scalar(db, "SELECT manifest FROM runs"));
+  EXPECT_EQ(m["mode"], "run --slurm");
+  EXPECT_TRUE(m["complete"].get<bool>());
+  EXPECT_EQ(m["multinode"]["job"], job);
+  ASSERT_EQ(m["nodes"].size(), 3u) << m.dump(2);
+  EXPECT_TRUE(m["levels"].get<std::vector<std::string>>() ==
+              (std::vector<std::string>{"process", "slurm", "system"}))
+      << m["levels"].dump();
+  // Rows: the head's command and the aggregate as node '', each node's own with its name.
+  EXPECT_EQ(scalar(db,
+                   "SELECT group_concat(n) FROM (SELECT DISTINCT node AS n FROM samples "
+                   "ORDER BY n)"),
+            ",n1,n2,n3");
+  EXPECT_EQ(scalar(db,
+                   "SELECT group_concat(l) FROM (SELECT DISTINCT level AS l FROM samples "
+                   "WHERE node = '' ORDER BY l)"),
+            "process,slurm,system");
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM samples WHERE node <> '' AND level = 'process'"), "0");
+  for (const auto& n : m["nodes"]) {
+    const std::string name = n["name"];
+    EXPECT_EQ(n["status"], "complete") << n.dump();
+    EXPECT_EQ(
+        scalar(db, "SELECT count(*) FROM samples WHERE node = '" + name + "' AND level = 'slurm'"),
+        std::to_string(n["rows"].get<int>()))
+        << name << ": the manifest's rows are the stored rows";
+    EXPECT_EQ(scalar(db, "SELECT count(*) FROM columns WHERE node = '" + name +
+                             "' AND level = 'slurm' AND name = 'cpu_util_avg'"),
+              "1");
+  }
+  EXPECT_EQ(scalar(db,
+                   "SELECT count(*) FROM columns WHERE node = '' AND level = 'slurm' AND "
+                   "name IN ('cpu_util_node_min', 'cpu_util_node_max', 'nodes')"),
+            "3");
+  EXPECT_GE(std::stoi(scalar(db,
+                             "SELECT count(*) FROM samples WHERE node = '' AND level = "
+                             "'slurm'")),
+            5);
+
+  // `sonde runs show`: the nodes, and the same tags as the head printed at the end of the run.
+  const RunResult show = run_command({sonde_binary(), "runs", "show", db.string(), "1"});
+  ASSERT_EQ(show.status, 0) << show.describe();
+  EXPECT_NE(show.out.find("nodes (3, figures of their slurm level):"), std::string::npos)
+      << show.out;
+  for (const char* n : {"\n  n1", "\n  n2", "\n  n3"})
+    EXPECT_NE(show.out.find(n), std::string::npos) << show.out;
+  const auto head_at = r.err.find("sonde multi-node summary");
+  ASSERT_NE(head_at, std::string::npos) << r.err;
+  const std::string head_tags = tags_line(r.err, head_at);
+  const bool live = head_tags.find("node-imbalance") != std::string::npos;
+  // The stored summary's tags (the text part of `runs show`, before its manifest).
+  const std::string show_tags = tags_line(show.out);
+  const bool stored = show_tags.find("node-imbalance") != std::string::npos;
+  EXPECT_EQ(live, stored) << "head: " << head_tags << "\nruns show:\n" << show.out;
+  EXPECT_EQ(tags_line(r.err).find("node-imbalance") != std::string::npos, live)
+      << "the command's summary has the job's tags: " << r.err;
+  EXPECT_NE(r.err.find("nodes (3, figures of their slurm level):", head_at), std::string::npos)
+      << r.err;
+
+  // Exported: the multi-node run directory, whose aggregate is the sum of its nodes' rows.
+  const fs::path out = dir / "export";
+  const RunResult ex =
+      run_command({sonde_binary(), "runs", "export", db.string(), "1", "-o", out.string()});
+  ASSERT_EQ(ex.status, 0) << ex.describe();
+  auto back = read_run_dir(out.string());
+  ASSERT_TRUE(back) << back.error().message;
+  ASSERT_EQ(back->nodes.size(), 3u);
+  const nlohmann::json em = read_json(out / "manifest.json");
+  const std::vector<Node> nodes = read_nodes(out, em);
+  std::size_t checked = 0;
+  check_aggregate_arithmetic(read_csv(out / "perf_slurm.csv"), nodes, 0.5, checked);
+  EXPECT_GE(checked, 4u) << "aggregate rows with all 3 nodes";
+  EXPECT_GE(read_csv(out / "perf_process.csv").rows.size(), 5u);
+  // The imbalance the rule sees in the stored rows (busiest node above 50 % for half its rows,
+  // another below a quarter of it): then both the head and `runs show` said so.
+  double busiest = 0, busy_share = 0, idlest = 1e9;
+  for (const auto& n : nodes) {
+    const auto cpu = n.slurm.numbers("cpu_util_avg");
+    if (cpu.empty()) continue;
+    double sum = 0;
+    std::size_t busy = 0;
+    for (double v : cpu) {
+      sum += v;
+      busy += v > 50;
+    }
+    const double mean = sum / static_cast<double>(cpu.size());
+    if (mean > busiest) {
+      busiest = mean;
+      busy_share = static_cast<double>(busy) / static_cast<double>(cpu.size());
+    }
+    idlest = std::min(idlest, mean);
+  }
+  EXPECT_LT(idlest, 5.0) << "n3 sees none of the job's processes";
+  if (busy_share >= 0.5 && idlest < 0.25 * busiest) {
+    EXPECT_TRUE(live && stored) << head_tags << "\n" << show.out;
+  }
+
+  // The report of the stored run, and of one node.
+  const RunResult rep = run_command({sonde_binary(), "report", db.string() + "#1", "--node", "n3",
+                                     "-o", (dir / "n3.html").string(), "--uncompressed"});
+  ASSERT_EQ(rep.status, 0) << rep.describe();
+  EXPECT_NE(read_file(dir / "n3.html").find("\"host\":\"n3\""), std::string::npos);
+  const RunResult all = run_command({sonde_binary(), "report", db.string() + "#1", "-o",
+                                     (dir / "all.html").string(), "--uncompressed"});
+  ASSERT_EQ(all.status, 0) << all.describe();
+  EXPECT_EQ(read_file(dir / "all.html").find("node-imbalance") != std::string::npos, live)
+      << "the report of the stored run and the head agree: " << head_tags;
+}
+
+TEST(Multinode, RecordARunningJobIntoSqlite) {
+  if (::getuid() != 0) GTEST_SKIP() << "the fake squeue says the job is root's";
+  const std::string job = job_id();
+  const fs::path dir = scratch_dir("multinode_sqlite_record");
+  const fs::path db = dir / "runs.sqlite";
+  RunOptions job_env;
+  job_env.env = {{"SLURM_JOB_ID", job}};
+  BackgroundProcess member({workload_binary(), "outsider", "200", "30"}, job_env);
+  ASSERT_EQ(member.read_line(30), std::optional<std::string>("ready")) << member.err();
+  RunOptions o = in_allocation(
+      job, 2, {{"FAKE_SQUEUE_OUT", "n[1-2] root RUNNING"}, {"FAKE_HOSTNAMES", "n1,n2"}});
+  o.unset_env.push_back("SLURM_JOB_ID");
+  o.env.erase(o.env.begin());
+  // --format sqlite: the name need not say so.
+  const RunResult r =
+      run_command({sonde_binary(), "record", "--slurm-job", job, "--interval", "0.3", "--duration",
+                   "2", "--format", "sqlite", "--out", (dir / "runs.db").string()},
+                  o);
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const fs::path file = dir / "runs.db";
+  EXPECT_EQ(scalar(file, "SELECT complete FROM runs"), "1");
+  const nlohmann::json m = nlohmann::json::parse(scalar(file, "SELECT manifest FROM runs"));
+  EXPECT_EQ(m["mode"], "record");
+  ASSERT_EQ(m["nodes"].size(), 2u);
+  EXPECT_EQ(m["summary"]["job"], job);
+  EXPECT_EQ(scalar(file, "SELECT count(*) FROM samples WHERE node = '' AND level = 'process'"),
+            "0");
+  // Both fake nodes see the job's 200 MiB: 0.39 GiB in the aggregate.
+  const auto agg =
+      query(file, "SELECT s.vals FROM samples s WHERE s.node = '' AND s.level = 'slurm'");
+  ASSERT_GE(agg.size(), 4u);
+  const RunResult ex = run_command(
+      {sonde_binary(), "runs", "export", file.string(), "1", "-o", (dir / "export").string()});
+  ASSERT_EQ(ex.status, 0) << ex.describe();
+  const CsvTable t = read_csv(dir / "export" / "perf_slurm.csv");
+  std::size_t full = 0;
+  for (std::size_t i = 0; i < t.rows.size(); ++i)
+    if (cell(t, i, "nodes") == 2) {
+      ++full;
+      EXPECT_NEAR(cell(t, i, "memory"), 2 * 200.0 / 1024, 0.05) << "row " << i;
+    }
+  EXPECT_GE(full, 3u);
+  EXPECT_TRUE(fs::is_regular_file(dir / "export" / "nodes" / "n2" / "perf_slurm.csv"));
+  EXPECT_NE(r.err.find("run " + file.string() + "#1"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(db));
 }
 
 }  // namespace

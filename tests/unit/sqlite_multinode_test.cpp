@@ -184,6 +184,13 @@ TEST(SqliteMultinode, AddNodeErrors) {
   auto twice = (*sink)->add_node("n1", cols);
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.error().message.find("node n1 added twice"), std::string::npos);
+  // The aggregate ('') may add a level create() did not have (a head learns its columns late).
+  std::array<std::vector<std::string>, kNumLevels> slurm;
+  slurm[level_index(Level::slurm)] = {"cpu_util_avg", "nodes"};
+  EXPECT_TRUE((*sink)->add_node("", slurm).ok());
+  EXPECT_FALSE((*sink)->add_node("", slurm).ok());
+  EXPECT_EQ(query(db, "SELECT group_concat(name) FROM columns WHERE node = '' AND level = 'slurm'"),
+            "cpu_util_avg,nodes");
   // A row of a node never added is dropped (with a warning), the others are written.
   (*sink)->write_node_row("n9", Level::system, 1, 2, {3});
   (*sink)->write_node_row("n1", Level::system, 1, 2, {3});
