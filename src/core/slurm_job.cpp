@@ -81,8 +81,7 @@ bool node_has_slurm_cgroups(const Roots& roots) {
 }
 
 JobAttribution slurm_job_of_process(const std::string& pid_dir, bool slurm_cgroups,
-                                    const std::string* environ_text,
-                                    std::string* cgroup_text) {
+                                    const std::string* environ_text, std::string* cgroup_text) {
   JobAttribution a;
   if (auto cg = read_file(pid_dir + "/cgroup")) {
     if ((a.job = slurm_job_from_cgroup(*cg))) a.source = JobSource::cgroup;
