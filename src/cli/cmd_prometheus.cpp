@@ -54,7 +54,7 @@ double now_s() {
 }
 
 /// The API client from the options: secrets from files or the environment, never from argv.
-std::unique_ptr<prom::Api> make_api(const PrometheusOptions& o, int& status) {
+std::unique_ptr<promq::Api> make_api(const PrometheusOptions& o, int& status) {
   status = kExitUsage;
   http::ClientOptions co;
   co.ca_file = o.ca_file;
@@ -92,12 +92,12 @@ std::unique_ptr<prom::Api> make_api(const PrometheusOptions& o, int& status) {
   auto client = http::Client::create(o.url, co);
   if (!client) return print_error(client.error().message), nullptr;
   status = kExitOk;
-  return std::make_unique<prom::Api>(std::move(*client));
+  return std::make_unique<promq::Api>(std::move(*client));
 }
 
 /// find_job with the options' times; prints the error.
-std::optional<prom::JobWindow> find(prom::Api& api, const PrometheusOptions& o, int& status) {
-  prom::JobQuery q;
+std::optional<promq::JobWindow> find(promq::Api& api, const PrometheusOptions& o, int& status) {
+  promq::JobQuery q;
   q.job = o.job;
   q.now = now_s();
   for (auto [text, flag, out] :
@@ -119,7 +119,7 @@ std::optional<prom::JobWindow> find(prom::Api& api, const PrometheusOptions& o, 
     status = kExitUsage;
     return std::nullopt;
   }
-  auto w = prom::find_job(api, q);
+  auto w = promq::find_job(api, q);
   if (!w) {
     print_error(w.error().message);
     status = w.error().code == Errc::config ? kExitUsage : kExitFailure;
@@ -128,7 +128,7 @@ std::optional<prom::JobWindow> find(prom::Api& api, const PrometheusOptions& o, 
   return *w;
 }
 
-void print_costs(const prom::Api& api) {
+void print_costs(const promq::Api& api) {
   const auto& s = api.stats();
   std::cerr << fmt::format(
       "sonde: {} Prometheus requests, {} bytes, {} samples, {:.3f} s "
@@ -190,9 +190,9 @@ int cmd_report_prometheus(const PrometheusOptions& o, const std::string& output,
       if (!d.empty()) fs::remove_all(d, ec);
     }
   } cleanup{tmp};
-  prom::RunOptions ro;
+  promq::RunOptions ro;
   ro.step = step;
-  if (auto ok = prom::write_job_run(*api, *w, dir, ro); !ok) {
+  if (auto ok = promq::write_job_run(*api, *w, dir, ro); !ok) {
     print_error(ok.error().message);
     return ok.error().code == Errc::config ? kExitUsage : kExitFailure;
   }
@@ -223,14 +223,14 @@ int cmd_jobstats(const PrometheusOptions& o, const JobstatsOptions& js) {
   if (!api) return status;
   auto w = find(*api, o, status);
   if (!w) return status;
-  auto s = prom::job_stats(*api, *w);
+  auto s = promq::job_stats(*api, *w);
   if (!s) {
     print_error(s.error().message);
     return kExitFailure;
   }
   if (o.costs) print_costs(*api);
   if (js.admin_comment) {
-    const std::string line = prom::admin_comment(*s, js.max_bytes);
+    const std::string line = promq::admin_comment(*s, js.max_bytes);
     if (line.empty()) {
       print_error(fmt::format("jobstats --admin-comment: the summary does not fit in {} bytes",
                               js.max_bytes));
@@ -240,7 +240,7 @@ int cmd_jobstats(const PrometheusOptions& o, const JobstatsOptions& js) {
   } else if (js.json)
     std::cout << s->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   else
-    std::cout << prom::job_stats_text(*s);
+    std::cout << promq::job_stats_text(*s);
   return kExitOk;
 }
 

@@ -109,8 +109,8 @@ Result<std::unique_ptr<Client>> Client::create(const std::string& base_url,
   return c;
 }
 
-Result<Response> Client::post_form(const std::string& path,
-                                   const std::vector<std::pair<std::string, std::string>>& fields) {
+Result<ClientResponse> Client::post_form(
+    const std::string& path, const std::vector<std::pair<std::string, std::string>>& fields) {
   const std::string body = form_encode(fields);
   ++requests_;
   // gzip: a range query's JSON shrinks about tenfold on the wire (cpp-httplib inflates it).
@@ -138,7 +138,7 @@ Result<Response> Client::post_form(const std::string& path,
     }
     return make_error(Errc::io, fmt::format("{}: {}", url(path), why));
   }
-  Response r;
+  ClientResponse r;
   r.status = res->status;
   r.body = std::move(res->body);
   r.content_type = res->get_header_value("Content-Type");

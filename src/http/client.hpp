@@ -20,7 +20,7 @@ struct ClientOptions {
   double timeout_s = 60;  ///< connect, read and write timeout of one request
 };
 
-struct Response {
+struct ClientResponse {
   int status = 0;
   std::string body;
   std::string content_type;
@@ -42,8 +42,8 @@ class Client {
 
   /// POSTs a form (application/x-www-form-urlencoded) to prefix + `path`. Any HTTP status is a
   /// Response; an error is a failure to connect, a timeout or a TLS failure (Errc::io).
-  Result<Response> post_form(const std::string& path,
-                             const std::vector<std::pair<std::string, std::string>>& fields);
+  Result<ClientResponse> post_form(const std::string& path,
+                                   const std::vector<std::pair<std::string, std::string>>& fields);
   /// The full URL of `path`, for messages.
   std::string url(const std::string& path) const { return base_ + prefix_ + path; }
   /// Bytes received in response bodies so far, and requests made.

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-namespace sonde::prom {
+namespace sonde::promq {
 namespace {
 
 /// The start of `s`, at most `n` characters, for messages.
@@ -237,4 +237,4 @@ Result<std::vector<std::map<std::string, std::string>>> Api::series(const std::s
                                fmt::format("{} ({})", client_->url("/api/v1/series"), clip(match)));
 }
 
-}  // namespace sonde::prom
+}  // namespace sonde::promq

@@ -12,7 +12,10 @@
 #include "core/result.hpp"
 #include "http/client.hpp"
 
-namespace sonde::prom {
+// The query side of Prometheus: sonde::promq, apart from the exporter's sonde::prom
+// (sinks/prometheus.hpp): both have a struct Sample, and one name for the two broke the one-
+// definition rule (vector<Sample> code of one used on the other; found by ASan).
+namespace sonde::promq {
 
 struct Sample {
   double t = 0;  ///< epoch seconds
@@ -85,4 +88,4 @@ class Api {
 /// Formats epoch seconds for the API (`1700000000.123`).
 std::string api_time(double t);
 
-}  // namespace sonde::prom
+}  // namespace sonde::promq

@@ -17,7 +17,7 @@
 #include "core/gzip.hpp"
 #include "core/summary.hpp"
 
-namespace sonde::prom {
+namespace sonde::promq {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -861,4 +861,4 @@ Result<void> write_job_run(Api& api, const JobWindow& w, const std::string& dir,
   return write_text(fs::path(dir) / "manifest.json", m.dump(1) + "\n");
 }
 
-}  // namespace sonde::prom
+}  // namespace sonde::promq

@@ -14,7 +14,7 @@
 #include "core/result.hpp"
 #include "http/prometheus_api.hpp"
 
-namespace sonde::prom {
+namespace sonde::promq {
 
 struct JobQuery {
   std::string job;                 ///< Slurm job id (the `jobid` label)
@@ -71,4 +71,4 @@ struct RunOptions {
 Result<void> write_job_run(Api& api, const JobWindow& w, const std::string& dir,
                            const RunOptions& options);
 
-}  // namespace sonde::prom
+}  // namespace sonde::promq

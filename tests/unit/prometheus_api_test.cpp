@@ -26,7 +26,7 @@ std::string fixture(const std::string& name) {
 }
 
 TEST(PromApi, ParsesAVector) {
-  auto r = prom::parse_query_response(fixture("vector.json"), "ctx");
+  auto r = promq::parse_query_response(fixture("vector.json"), "ctx");
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_EQ(r->size(), 3u);
   EXPECT_EQ((*r)[0].label("instance"), "10.0.0.1:9850");
@@ -38,7 +38,7 @@ TEST(PromApi, ParsesAVector) {
 }
 
 TEST(PromApi, ParsesAMatrix) {
-  auto r = prom::parse_query_response(fixture("matrix.json"), "ctx");
+  auto r = promq::parse_query_response(fixture("matrix.json"), "ctx");
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_EQ(r->size(), 2u);
   EXPECT_EQ((*r)[1].label("gpu"), "1");
@@ -46,7 +46,7 @@ TEST(PromApi, ParsesAMatrix) {
   EXPECT_DOUBLE_EQ((*r)[1].samples[2].t, 1796296378);
   EXPECT_DOUBLE_EQ((*r)[1].samples[2].v, 0.6);
   // A range vector (an instant query of `x[3s]`) is a matrix of raw samples with their labels.
-  auto rv = prom::parse_query_response(fixture("range_vector.json"), "ctx");
+  auto rv = promq::parse_query_response(fixture("range_vector.json"), "ctx");
   ASSERT_TRUE(rv) << rv.error().message;
   ASSERT_EQ(rv->size(), 1u);
   EXPECT_EQ((*rv)[0].label("__name__"), "sonde_job_processes");
@@ -55,12 +55,12 @@ TEST(PromApi, ParsesAMatrix) {
 }
 
 TEST(PromApi, ParsesAScalarAndSpecialValues) {
-  auto r = prom::parse_query_response(fixture("scalar_nan.json"), "ctx");
+  auto r = promq::parse_query_response(fixture("scalar_nan.json"), "ctx");
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_EQ(r->size(), 1u);
   EXPECT_TRUE((*r)[0].labels.empty());
   EXPECT_TRUE(std::isnan((*r)[0].samples[0].v));
-  auto inf = prom::parse_query_response(
+  auto inf = promq::parse_query_response(
       R"({"status":"success","data":{"resultType":"vector","result":[)"
       R"({"metric":{},"value":[1,"+Inf"]},{"metric":{},"value":[1,"-Inf"]}]}})",
       "ctx");
@@ -70,7 +70,7 @@ TEST(PromApi, ParsesAScalarAndSpecialValues) {
 }
 
 TEST(PromApi, PrometheusErrorsKeepTheirText) {
-  auto r = prom::parse_query_response(fixture("error_bad_data.json"), "http://p:9090 (q)");
+  auto r = promq::parse_query_response(fixture("error_bad_data.json"), "http://p:9090 (q)");
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("http://p:9090 (q)"), std::string::npos) << r.error().message;
   EXPECT_NE(r.error().message.find("bad_data"), std::string::npos) << r.error().message;
@@ -86,44 +86,44 @@ TEST(PromApi, MalformedAnswersAreClearErrors) {
                            R"({"metric":{},"value":[1,"x"]}]}})",
                            R"({"status":"success","data":{"resultType":"matrix","result":[)"
                            R"({"metric":{"a":1},"values":[]}]}})"}) {
-    auto r = prom::parse_query_response(body, "URL (Q)");
+    auto r = promq::parse_query_response(body, "URL (Q)");
     ASSERT_FALSE(r) << body;
     EXPECT_EQ(r.error().message.rfind("URL (Q): ", 0), 0u) << r.error().message;
   }
 }
 
 TEST(PromApi, ParsesSeries) {
-  auto r = prom::parse_series_response(fixture("series.json"), "ctx");
+  auto r = promq::parse_series_response(fixture("series.json"), "ctx");
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_EQ(r->size(), 3u);
   EXPECT_EQ((*r)[2].at("nodename"), "n3");
-  EXPECT_FALSE(prom::parse_series_response(fixture("vector.json"), "ctx"));
+  EXPECT_FALSE(promq::parse_series_response(fixture("vector.json"), "ctx"));
 }
 
 TEST(PromApi, BuildsQueries) {
-  EXPECT_EQ(prom::quote("12"), "\"12\"");
-  EXPECT_EQ(prom::quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
-  EXPECT_EQ(prom::exact_regex({"10.0.0.1:9850", "n(1)|x"}), "10\\.0\\.0\\.1:9850|n\\(1\\)\\|x");
-  EXPECT_EQ(prom::duration(1.5), "1500ms");
-  EXPECT_EQ(prom::duration(0), "1ms");
-  EXPECT_EQ(prom::duration(86400), "86400000ms");
-  EXPECT_EQ(prom::api_time(1796296374.5), "1796296374.500");
+  EXPECT_EQ(promq::quote("12"), "\"12\"");
+  EXPECT_EQ(promq::quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
+  EXPECT_EQ(promq::exact_regex({"10.0.0.1:9850", "n(1)|x"}), "10\\.0\\.0\\.1:9850|n\\(1\\)\\|x");
+  EXPECT_EQ(promq::duration(1.5), "1500ms");
+  EXPECT_EQ(promq::duration(0), "1ms");
+  EXPECT_EQ(promq::duration(86400), "86400000ms");
+  EXPECT_EQ(promq::api_time(1796296374.5), "1796296374.500");
   EXPECT_EQ(http::form_encode({{"query", "sum(x{a=\"b c\"})"}, {"t", "1.5"}}),
             "query=sum%28x%7Ba%3D%22b%20c%22%7D%29&t=1.5");
 }
 
 TEST(PromApi, StepKeepsSeriesUnderPrometheusLimit) {
   // 20 s at 1 s resolution: every second.
-  EXPECT_DOUBLE_EQ(prom::choose_step(20, 1), 1);
+  EXPECT_DOUBLE_EQ(promq::choose_step(20, 1), 1);
   // A day: at most 11,000 points, whole seconds.
-  const double day = prom::choose_step(86400, 0.001);
+  const double day = promq::choose_step(86400, 0.001);
   EXPECT_DOUBLE_EQ(day, 8);
   EXPECT_LE(86400 / day + 1, 11000);
   // A week with a smaller budget.
-  const double week = prom::choose_step(7 * 86400, 0.001, 2000);
+  const double week = promq::choose_step(7 * 86400, 0.001, 2000);
   EXPECT_LE(7 * 86400 / week + 1, 2000);
   // Short ranges: milliseconds.
-  EXPECT_DOUBLE_EQ(prom::choose_step(2, 0.001, 11), 0.2);
+  EXPECT_DOUBLE_EQ(promq::choose_step(2, 0.001, 11), 0.2);
 }
 
 TEST(PromClient, RefusesMalformedUrlsAndOptions) {
@@ -160,7 +160,7 @@ TEST(PromClient, ConnectionRefusedNamesTheUrl) {
   o.timeout_s = 2;
   auto c = http::Client::create("http://127.0.0.1:" + std::to_string(port) + "/prefix/", o);
   ASSERT_TRUE(c) << c.error().message;
-  prom::Api api(std::move(*c));
+  promq::Api api(std::move(*c));
   auto r = api.query("up", 1);
   ASSERT_FALSE(r);
   EXPECT_NE(
@@ -186,7 +186,7 @@ TEST(PromJobStats, TextTable) {
        "memory_peak_bytes": 1073741824, "memory_limit_bytes": null, "memory_efficiency": null,
        "gpus": 1, "gpu_utilization_mean": 0.3, "gpu_memory_peak_bytes": 3221225472,
        "tags": []}})");
-  const std::string t = prom::job_stats_text(s);
+  const std::string t = promq::job_stats_text(s);
   EXPECT_NE(t.find("Job 77 (alice): 2 node(s)"), std::string::npos) << t;
   EXPECT_NE(t.find("75.0%"), std::string::npos) << t;
   EXPECT_NE(t.find("cpu-bound"), std::string::npos) << t;
