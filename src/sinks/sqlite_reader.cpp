@@ -189,8 +189,17 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
     if (++column_count > kMaxRunLineBytes)
       return make_error(Errc::parse, fmt::format("{}: run {} has more than {} columns", path, *id,
                                                  kMaxRunLineBytes));
+    // A column name is written back as a CSV header field (runs export, report): one that CSV
+    // cannot hold as it is (empty, a comma, a quote, a control character) is a damaged run.
+    const std::string name = column_text(cols->get(), 1);
+    if (name.empty() || std::any_of(name.begin(), name.end(), [](char c) {
+          return c == ',' || c == '"' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+        }))
+      return make_error(
+          Errc::parse, fmt::format("{}: run {} has a column name that is not a name: {}", path, *id,
+                                   nlohmann::json(name).dump()));
     NodeColumns& nc = by_node[column_text(cols->get(), 2)];
-    nc.names[level_index(*l)].push_back(column_text(cols->get(), 1));
+    nc.names[level_index(*l)].push_back(name);
     if (std::find(nc.levels.begin(), nc.levels.end(), *l) == nc.levels.end())
       nc.levels.push_back(*l);
   }
