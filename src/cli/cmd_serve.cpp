@@ -149,13 +149,20 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   Engine& engine = **engine_r;
 
   std::unique_ptr<prom::OwnerScanner> owners;
-  std::unique_ptr<JobGpus> job_gpus;
+  std::unique_ptr<GuardedJobGpus> job_gpus;
   if (so.per_user || so.per_job)
     owners = std::make_unique<prom::OwnerScanner>(eo.roots, so.per_user, so.per_job,
                                                   static_cast<std::size_t>(so.max_series));
-  if (so.per_job && (job_gpus = JobGpus::open()))
-    owners->set_gpu_attributor(
-        [g = job_gpus.get()](const auto& pids) { return g->attribute(pids, monotonic_now()); });
+  if (so.per_job)
+    if (std::shared_ptr<JobGpus> g = JobGpus::open()) {
+      // The driver's deadline: the gpu collector's (its `timeout`), else half the interval.
+      double deadline_s = cfg->interval_s / 2;
+      for (const auto& c : cfg->collectors)
+        if (c.name == "gpu" && c.timeout_s) deadline_s = *c.timeout_s;
+      job_gpus = std::make_unique<GuardedJobGpus>(std::move(g), deadline_s);
+      owners->set_gpu_attributor(
+          [j = job_gpus.get()](const auto& pids) { return j->attribute(pids); });
+    }
   SinkSet sinks;
   auto exporter = std::make_unique<prom::PrometheusSink>(
       engine, prom::ExporterOptions{.per_user = so.per_user, .per_job = so.per_job},

@@ -1,8 +1,13 @@
 #include "cli/serve_gpus.hpp"
 
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "core/clock.hpp"
 
 namespace sonde::cli {
 
@@ -60,6 +65,40 @@ std::vector<prom::JobGpuUse> JobGpus::attribute(const std::map<std::string, std:
     }
   }
   return out;
+}
+
+GuardedJobGpus::GuardedJobGpus(std::shared_ptr<JobGpus> gpus, double deadline_s)
+    : gpus_(std::move(gpus)), deadline_s_(deadline_s) {}
+
+std::vector<prom::JobGpuUse> GuardedJobGpus::attribute(
+    const std::map<std::string, std::vector<int>>& pids) {
+  // What the call touches is its own (shared_ptr): a late return writes nothing of ours.
+  auto in = std::make_shared<const std::map<std::string, std::vector<int>>>(pids);
+  auto out = std::make_shared<std::vector<prom::JobGpuUse>>();
+  dog_.start({Watchdog::Call{.slot = 0, .deadline_s = deadline_s_, .run = [g = gpus_, in, out] {
+                               try {
+                                 *out = g->attribute(*in, monotonic_now());
+                               } catch (...) {
+                                 out->clear();  // nothing attributed this scan
+                               }
+                             }}});
+  const Watchdog::Report r = dog_.wait().at(0);
+  if (r.outcome == Watchdog::Outcome::done) {
+    if (stuck_) {
+      std::cerr << "sonde: note: serve --per-job: the GPU driver answers again; the jobs' GPU "
+                   "series are back\n";
+      stuck_ = false;
+    }
+    return std::move(*out);
+  }
+  if (!stuck_) {
+    std::cerr << fmt::format(
+        "sonde: warning: serve --per-job: the GPU driver did not answer within {} s; the jobs' "
+        "GPU series are left out until it does (the other series go on)\n",
+        deadline_s_);
+    stuck_ = true;
+  }
+  return {};
 }
 
 }  // namespace sonde::cli

@@ -1,6 +1,9 @@
 // A fake libnvidia-ml.so.1 driven by a scenario file (README.md). Built twice: with every entry
 // point, and with -DSONDE_FAKE_NO_V3 without the _v3 process calls (an older driver).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -95,8 +98,17 @@ std::vector<nvmlProcessInfo_t> processes(const json& dev, const char* key) {
 
 // The process calls, sized and filled the NVML way. "insufficient_size_rounds": N makes the
 // first N filling calls after a sizing call fail as if processes had started meanwhile.
+// SONDE_FAKE_GPU_HANG_FILE: while that file exists, the process lists do not return (a driver
+// stuck in a call), looked at every 20 ms.
+void hang_while_the_file_exists() {
+  const char* f = std::getenv("SONDE_FAKE_GPU_HANG_FILE");
+  if (f == nullptr || *f == '\0') return;
+  while (::access(f, F_OK) == 0) ::usleep(20000);
+}
+
 template <typename Info>
 nvmlReturn_t list_processes(nvmlDevice_t h, const char* key, unsigned* count, Info* infos) {
+  hang_while_the_file_exists();
   const json* dev = nullptr;
   if (nvmlReturn_t r = device(h, dev); r != NVML_SUCCESS) return r;
   if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;

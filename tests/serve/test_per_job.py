@@ -260,3 +260,70 @@ def test_max_series_folds_jobs_into_other(tmp_path):
             stop(p)
         if serve:
             serve.stop()
+
+
+def test_a_stuck_gpu_driver_leaves_out_only_the_gpu_series(tmp_path):
+    """The job GPU query runs driver code under a watchdog: while the (fake) driver is stuck in a
+    process-list call, the scans go on without the jobs' GPU series; when it answers again, they
+    come back. stderr says both, once each."""
+    assert FAKE_NVML and os.path.exists(FAKE_NVML), "SONDE_FAKE_NVML: the fake NVML library"
+    burn = start_job(9301, BURN)
+    serve = None
+    hang = tmp_path / "hang"
+    try:
+        wait_ready(burn)
+        scenario = tmp_path / "gpu.json"
+        scenario.write_text(json.dumps({"driver_version": "550.54.15", "devices": [{
+            "name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-pj000001-0000-0000-0000-000000000000",
+            "util_gpu": 80, "util_mem": 40, "memory_total_mib": 40960, "memory_used_mib": 10240,
+            "power_mw": 200000, "power_limit_mw": 400000,
+            "compute_processes": [{"pid": "env:0", "used_memory_mib": 10240}],
+            "process_utilization": [{"pid": "env:0", "sm": 60, "mem": 30, "enc": 0, "dec": 0}],
+        }]}))
+        env = dict(os.environ, SONDE_NVML_LIBRARY=FAKE_NVML,
+                   SONDE_FAKE_GPU_SCENARIO=str(scenario), SONDE_FAKE_GPU_PIDS=str(burn.pid),
+                   SONDE_FAKE_GPU_HANG_FILE=str(hang), XDG_CONFIG_HOME=str(tmp_path))
+        serve = Serve("--per-job", env=env)
+
+        def gpu_series(timeout):
+            """The job's series once its GPU series are there (None if not within `timeout`)."""
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                s = job_samples(samples(serve.scrape()), 9301)
+                if ("sonde_job_gpu_utilization_ratio", 'gpu="0"') in s:
+                    return s
+                time.sleep(INTERVAL)
+            return None
+
+        # A sanitizer build's first queries may overrun the 0.1 s deadline too: poll.
+        before = gpu_series(30)
+        assert before, "no GPU series before the driver was stuck"
+        assert before[("sonde_job_gpu_utilization_ratio", 'gpu="0"')] == pytest.approx(0.6)
+
+        hang.write_text("")
+        time.sleep(5 * INTERVAL + 0.3)
+        stuck1 = job_samples(samples(serve.scrape()), 9301)
+        time.sleep(4 * INTERVAL)
+        stuck2 = job_samples(samples(serve.scrape()), 9301)
+        for s in (stuck1, stuck2):
+            assert not any(k[0].startswith("sonde_job_gpu") for k in s), s
+        # The scans go on: the burner's CPU keeps growing on the page.
+        assert stuck2[("sonde_job_cpu_seconds_total", "")] > \
+            stuck1[("sonde_job_cpu_seconds_total", "")] > \
+            before[("sonde_job_cpu_seconds_total", "")]
+
+        hang.unlink()
+        after = gpu_series(30)
+        assert after, "the GPU series did not come back once the driver answered"
+        assert after[("sonde_job_gpu_utilization_ratio", 'gpu="0"')] == pytest.approx(0.6)
+        assert after[("sonde_job_gpu_memory_used_bytes", 'gpu="0"')] == 10240 * MIB
+    finally:
+        if hang.exists():
+            hang.unlink()
+        stop(burn)
+        if serve:
+            rc, err = serve.stop()
+            assert rc == 0, err
+    # Once per stuck spell (a sanitizer build may add a spell of its own at the start).
+    assert "the GPU driver did not answer within 0.1 s; the jobs' GPU series are left out" in err
+    assert "the GPU driver answers again; the jobs' GPU series are back" in err, err
