@@ -141,6 +141,18 @@ class Serve:
         return rc, err
 
 
+def one_gpu(path, tag, **fields):
+    """A fake NVML scenario (tests/fakes/README.md) of one A100 at 80 % SM and 200 W, on which
+    the process `env:0` (SONDE_FAKE_GPU_PIDS) uses 60 % SM; `fields` add or replace the device's."""
+    device = {"name": "NVIDIA A100-SXM4-40GB", "uuid": f"GPU-{tag}-0000-0000-0000-000000000000",
+              "util_gpu": 80, "util_mem": 40, "memory_total_mib": 40960, "power_mw": 200000,
+              "power_limit_mw": 400000,
+              "process_utilization": [{"pid": "env:0", "sm": 60, "mem": 30, "enc": 0, "dec": 0}]}
+    device.update(fields)
+    path.write_text(json.dumps({"driver_version": "550.54.15", "devices": [device]}))
+    return path
+
+
 def within(value, truth, rel, what):
     assert abs(value - truth) <= rel * truth, f"{what}: sonde {value}, truth {truth}"
 
@@ -154,16 +166,10 @@ def test_per_job_series_match_the_truth(tmp_path):
     try:
         wait_ready(burn)
         # One GPU that the burning job holds: 60 of the device's 80 % SM, 10 of its 20 GiB.
-        scenario = tmp_path / "gpu.json"
-        scenario.write_text(json.dumps({"driver_version": "550.54.15", "devices": [{
-            "name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-pj000000-0000-0000-0000-000000000000",
-            "util_gpu": 80, "util_mem": 40, "memory_total_mib": 40960, "memory_used_mib": 20480,
-            "power_mw": 200000, "power_limit_mw": 400000, "energy_mj": 1000000,
-            "energy_rate_mw": 200000,
-            "compute_processes": [{"pid": "env:0", "used_memory_mib": 10240},
-                                  {"pid": 1, "used_memory_mib": 10240}],
-            "process_utilization": [{"pid": "env:0", "sm": 60, "mem": 30, "enc": 0, "dec": 0}],
-        }]}))
+        scenario = one_gpu(tmp_path / "gpu.json", "pj000000", memory_used_mib=20480,
+                           energy_mj=1000000, energy_rate_mw=200000,
+                           compute_processes=[{"pid": "env:0", "used_memory_mib": 10240},
+                                              {"pid": 1, "used_memory_mib": 10240}])
         env = dict(os.environ, SONDE_NVML_LIBRARY=FAKE_NVML,
                    SONDE_FAKE_GPU_SCENARIO=str(scenario), SONDE_FAKE_GPU_PIDS=str(burn.pid),
                    XDG_CONFIG_HOME=str(tmp_path))
@@ -265,21 +271,15 @@ def test_max_series_folds_jobs_into_other(tmp_path):
 def test_a_stuck_gpu_driver_leaves_out_only_the_gpu_series(tmp_path):
     """The job GPU query runs driver code under a watchdog: while the (fake) driver is stuck in a
     process-list call, the scans go on without the jobs' GPU series; when it answers again, they
-    come back. stderr says both, once each."""
+    come back. stderr says both."""
     assert FAKE_NVML and os.path.exists(FAKE_NVML), "SONDE_FAKE_NVML: the fake NVML library"
     burn = start_job(9301, BURN)
     serve = None
     hang = tmp_path / "hang"
     try:
         wait_ready(burn)
-        scenario = tmp_path / "gpu.json"
-        scenario.write_text(json.dumps({"driver_version": "550.54.15", "devices": [{
-            "name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-pj000001-0000-0000-0000-000000000000",
-            "util_gpu": 80, "util_mem": 40, "memory_total_mib": 40960, "memory_used_mib": 10240,
-            "power_mw": 200000, "power_limit_mw": 400000,
-            "compute_processes": [{"pid": "env:0", "used_memory_mib": 10240}],
-            "process_utilization": [{"pid": "env:0", "sm": 60, "mem": 30, "enc": 0, "dec": 0}],
-        }]}))
+        scenario = one_gpu(tmp_path / "gpu.json", "pj000001", memory_used_mib=10240,
+                           compute_processes=[{"pid": "env:0", "used_memory_mib": 10240}])
         env = dict(os.environ, SONDE_NVML_LIBRARY=FAKE_NVML,
                    SONDE_FAKE_GPU_SCENARIO=str(scenario), SONDE_FAKE_GPU_PIDS=str(burn.pid),
                    SONDE_FAKE_GPU_HANG_FILE=str(hang), XDG_CONFIG_HOME=str(tmp_path))
