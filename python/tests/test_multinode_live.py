@@ -101,8 +101,18 @@ def burned(cell):
     return float(m.group(1))
 
 
+# A ThreadSanitizer build runs this interpreter with libtsan preloaded (python/CMakeLists.txt), and
+# its sonde head and agents 5-15x slower on a machine that runs two tests at once: the figures of
+# a timed workload then measure TSan (the reason scripts/test leaves the accuracy suite out of that
+# stage). There the CPU figures are only required to be there; the normal and ASan stages check
+# them against the burner's own.
+UNDER_TSAN = "libtsan" in os.environ.get("LD_PRELOAD", "")
+
+
 def near(measured, truth):
     """One interval at each end of the cell may be cut (0.25 s here), and the child's start."""
+    if UNDER_TSAN:
+        return measured >= 0
     return abs(measured - truth) <= 0.1 * truth + 0.4
 
 
@@ -155,7 +165,8 @@ def test_live_multinode_notebook(tmp_path):
     assert re.search(r"^  n1, running", text, re.M) and re.search(r"^  n2, running", text, re.M)
     assert near(cpu_seconds(text), 2 * truth), (truth, text)
     text, _, _ = outputs_of(cells[6])
-    assert "system level, node n2" in text and cpu_seconds(text) >= 0.9 * truth, (truth, text)
+    assert "system level, node n2" in text and (UNDER_TSAN or cpu_seconds(text) >= 0.9 * truth), \
+        (truth, text)
 
     # Plots: plotly (the default backend) of n1, the aggregate as a JPEG.
     fig = mimes(cells[7], "application/vnd.plotly.v1+json")
