@@ -155,10 +155,12 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
                                                   static_cast<std::size_t>(so.max_series));
   if (so.per_job)
     if (std::shared_ptr<JobGpus> g = JobGpus::open()) {
-      // The driver's deadline: the gpu collector's (its `timeout`), else half the interval.
+      // The driver's deadline: a GPU collector's `timeout` (gpu, gpu_nvml or gpu_rocm, whatever
+      // its key), else half the interval.
       double deadline_s = cfg->interval_s / 2;
       for (const auto& c : cfg->collectors)
-        if (c.name == "gpu" && c.timeout_s) deadline_s = *c.timeout_s;
+        if (c.enabled && c.target.starts_with("sonde.collectors.gpu") && c.timeout_s)
+          deadline_s = *c.timeout_s;
       job_gpus = std::make_unique<GuardedJobGpus>(std::move(g), deadline_s);
       owners->set_gpu_attributor(
           [j = job_gpus.get()](const auto& pids) { return j->attribute(pids); });

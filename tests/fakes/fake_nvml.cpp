@@ -96,8 +96,6 @@ std::vector<nvmlProcessInfo_t> processes(const json& dev, const char* key) {
   return out;
 }
 
-// The process calls, sized and filled the NVML way. "insufficient_size_rounds": N makes the
-// first N filling calls after a sizing call fail as if processes had started meanwhile.
 // SONDE_FAKE_GPU_HANG_FILE: while that file exists, the process lists do not return (a driver
 // stuck in a call), looked at every 20 ms.
 void hang_while_the_file_exists() {
@@ -106,6 +104,8 @@ void hang_while_the_file_exists() {
   while (::access(f, F_OK) == 0) ::usleep(20000);
 }
 
+// The process calls, sized and filled the NVML way. "insufficient_size_rounds": N makes the
+// first N filling calls after a sizing call fail as if processes had started meanwhile.
 template <typename Info>
 nvmlReturn_t list_processes(nvmlDevice_t h, const char* key, unsigned* count, Info* infos) {
   hang_while_the_file_exists();
