@@ -26,7 +26,27 @@ int pidfd_open(int pid) {
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
 
+class RealClock final : public SamplerClock {
+ public:
+  double now() override { return monotonic_now(); }
+  int wait(pollfd* fds, nfds_t n, double deadline) override {
+    const timespec ts = to_timespec(std::clamp(deadline - monotonic_now(), 0.0, 86400.0));
+    return ::ppoll(fds, n, &ts, nullptr);
+  }
+  void sleep_until(double deadline) override {
+    const timespec until = to_timespec(deadline);
+    while (monotonic_now() < deadline &&
+           ::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
+    }
+  }
+};
+
 }  // namespace
+
+SamplerClock& real_sampler_clock() {
+  static RealClock clock;
+  return clock;
+}
 
 SignalGuard::SignalGuard(bool with_sigchld) {
   sigemptyset(&handled_);
@@ -43,7 +63,11 @@ SignalGuard::~SignalGuard() {
 }
 
 Sampler::Sampler(Engine& engine, SamplerOptions options, const SignalGuard* signals)
-    : engine_(engine), opts_(options), signals_(signals), interval_check_(engine.interval_s()) {
+    : engine_(engine),
+      opts_(options),
+      clock_(options.clock != nullptr ? *options.clock : real_sampler_clock()),
+      signals_(signals),
+      interval_check_(engine.interval_s()) {
   if (opts_.target_pid > 0) target_fd_.reset(pidfd_open(opts_.target_pid));
   wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 }
@@ -57,11 +81,11 @@ void Sampler::request_stop() {
 }
 
 void Sampler::sample(SampleListener& listener) {
-  const double started_s = monotonic_now();
+  const double started_s = clock_.now();
   const auto& tick = engine_.tick();
-  last_tick_s_ = tick.ctx.time_s;
+  last_tick_s_ = started_s;
   if (!listener.on_sample(tick)) stop_ = true;
-  if (auto w = interval_check_.observe(monotonic_now() - started_s, missed())) engine_.warn(*w);
+  if (auto w = interval_check_.observe(clock_.now() - started_s, missed())) engine_.warn(*w);
   if (opts_.reap_adopted) {
     const int self = ::getpid();
     for (const PidSample& p : engine_.procs().pids)
@@ -77,11 +101,7 @@ void Sampler::sample(SampleListener& listener) {
 void Sampler::final_sample(SampleListener& listener) {
   target_gone_ = true;
   if (last_tick_s_ >= 0) {
-    const double wait_until = last_tick_s_ + std::min(engine_.interval_s() / 4, 2.0);
-    const timespec until = to_timespec(wait_until);
-    while (monotonic_now() < wait_until &&
-           ::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
-    }
+    clock_.sleep_until(last_tick_s_ + std::min(engine_.interval_s() / 4, 2.0));
   }
   const double before = last_tick_s_;
   sample(listener);
@@ -114,7 +134,7 @@ bool Sampler::on_signals(SampleListener& listener, Stop& why) {
           si.ssi_code == SI_USER || si.ssi_code == SI_QUEUE || si.ssi_code == SI_TKILL;
       if (static_cast<pid_t>(si.ssi_pid) == child) continue;
       if (++interrupts_ == 1) {
-        first_interrupt_s_ = monotonic_now();
+        first_interrupt_s_ = clock_.now();
         if (from_kill) ::kill(child, sig);
       } else if (!killed_) {
         std::cerr << fmt::format(
@@ -132,7 +152,7 @@ bool Sampler::on_signals(SampleListener& listener, Stop& why) {
 
 Sampler::Stop Sampler::run(SampleListener& listener) {
   const double interval = engine_.interval_s();
-  t0_ = opts_.primed ? engine_.tick_time() : monotonic_now();
+  t0_ = opts_.primed ? engine_.tick_time() : clock_.now();
   last_tick_s_ = opts_.primed ? t0_ : -1;
   bool skip_sample = opts_.primed;
   std::uint64_t k = 0;
@@ -151,7 +171,7 @@ Sampler::Stop Sampler::run(SampleListener& listener) {
     // invented.
     ++k;
     double next = t0_ + static_cast<double>(k) * interval;
-    const double now = monotonic_now();
+    const double now = clock_.now();
     if (now >= next) {
       const auto due = static_cast<std::uint64_t>(std::floor((now - t0_) / interval)) + 1;
       missed_.fetch_add(due - k, std::memory_order_relaxed);
@@ -180,32 +200,37 @@ Sampler::Stop Sampler::run(SampleListener& listener) {
       if (target_fd_) fds[n++] = {target_fd_.get(), POLLIN, 0};
       const int out_index = opts_.hangup_fd >= 0 ? static_cast<int>(n) : -1;
       if (opts_.hangup_fd >= 0) fds[n++] = {opts_.hangup_fd, 0, 0};
-      double wait_s = next - monotonic_now();
-      if (interrupts_ > 0 && !killed_)
-        wait_s = std::min(wait_s, first_interrupt_s_ + kKillAfterS - monotonic_now());
-      const timespec ts = to_timespec(std::min(wait_s, 86400.0));
-      const int r = ::ppoll(fds, n, &ts, nullptr);
-      if (r == 0) break;  // the slot has come
+      double until = next;
+      if (interrupts_ > 0 && !killed_) until = std::min(until, first_interrupt_s_ + kKillAfterS);
+      const int r = clock_.wait(fds, n, until);
       if (r < 0) {
         if (errno == EINTR) continue;
         break;
       }
-      if ((fds[wake_index].revents & POLLIN) || stop_requested_.load()) return Stop::requested;
-      if (signal_index >= 0 && (fds[signal_index].revents & POLLIN)) on_signals(listener, why);
-      if (!target_gone_ && target_index >= 0 && (fds[target_index].revents & POLLIN)) {
-        // The target exited. While it is a zombie its CPU times (and its reaped children's) are
-        // still in /proc: take the last sample before reaping it.
-        final_sample(listener);
-        why = Stop::target_exited;
+      if (r > 0) {
+        if ((fds[wake_index].revents & POLLIN) || stop_requested_.load()) return Stop::requested;
+        if (signal_index >= 0 && (fds[signal_index].revents & POLLIN)) on_signals(listener, why);
+        if (!target_gone_ && target_index >= 0 && (fds[target_index].revents & POLLIN)) {
+          // The target exited. While it is a zombie its CPU times (and its reaped children's)
+          // are still in /proc: take the last sample before reaping it.
+          final_sample(listener);
+          why = Stop::target_exited;
+        }
       }
+      // Checked after a timeout too: the wait that ends at the kill deadline returns 0, and
+      // before this was checked only after an event, the command was never killed.
       if (interrupts_ > 0 && !killed_ && !stop_ &&
-          monotonic_now() - first_interrupt_s_ >= kKillAfterS) {
+          clock_.now() - first_interrupt_s_ >= kKillAfterS) {
         std::cerr << fmt::format(
             "sonde: the command (pid {}) is still running {:.0f} s after the interrupt: killing it "
             "with SIGKILL\n",
             opts_.target_pid, kKillAfterS);
         ::kill(opts_.target_pid, SIGKILL);
         killed_ = true;
+      }
+      if (r == 0) {
+        if (until >= next) break;  // the slot has come
+        continue;                  // the kill deadline came first: wait on for the slot
       }
       if (out_index >= 0 && (fds[out_index].revents & (POLLERR | POLLHUP))) {
         stop_ = true;

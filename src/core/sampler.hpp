@@ -3,6 +3,7 @@
 // invented), the signals that stop it, the target whose exit ends it with a final sample, and the
 // call of a listener (the sinks, src/sinks/sink.hpp) after every tick. `sonde run/record/stream`,
 // `sonde serve` and the Python Monitor all sample through it.
+#include <poll.h>
 #include <signal.h>
 
 #include <atomic>
@@ -41,6 +42,25 @@ class SignalGuard {
   UniqueFd fd_;
 };
 
+/// The Sampler's view of time: the monotonic clock and its waits. The real one by default; the
+/// unit tests inject a fake one (tests/unit/sampler_test.cpp) that moves its time forward at
+/// each wait, so that missed slots, the quarter-interval rules, the final-sample wait and the
+/// 30 s kill are checked without waiting for them.
+class SamplerClock {
+ public:
+  virtual ~SamplerClock() = default;
+  /// CLOCK_MONOTONIC seconds.
+  virtual double now() = 0;
+  /// ppoll(fds, n) until `deadline` (monotonic seconds): the number of fds with events, 0 when
+  /// the deadline came first, -1 with errno on an error.
+  virtual int wait(pollfd* fds, nfds_t n, double deadline) = 0;
+  /// Returns at `deadline`.
+  virtual void sleep_until(double deadline) = 0;
+};
+
+/// CLOCK_MONOTONIC, ppoll and clock_nanosleep.
+SamplerClock& real_sampler_clock();
+
 struct SamplerOptions {
   /// What a signal of the SignalGuard does.
   enum class OnSignal {
@@ -63,6 +83,8 @@ struct SamplerOptions {
   /// The engine's first tick was taken before (run's baseline, before the command existed): the
   /// schedule starts at it and the first sample comes one interval later.
   bool primed = false;
+  /// The clock (null: real_sampler_clock()); it must outlive the Sampler.
+  SamplerClock* clock = nullptr;
 };
 
 class Sampler {
@@ -99,6 +121,7 @@ class Sampler {
 
   Engine& engine_;
   SamplerOptions opts_;
+  SamplerClock& clock_;
   const SignalGuard* signals_;
   UniqueFd target_fd_;  // pidfd of the target
   UniqueFd wake_fd_;    // eventfd written by request_stop
