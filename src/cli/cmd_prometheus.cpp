@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
+#include "core/json_text.hpp"
 #include "http/client.hpp"
 #include "http/prometheus_api.hpp"
 #include "sinks/run_data.hpp"
@@ -238,7 +239,7 @@ int cmd_jobstats(const PrometheusOptions& o, const JobstatsOptions& js) {
     }
     std::cout << line << "\n";
   } else if (js.json)
-    std::cout << s->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    std::cout << json_text(*s) << "\n";
   else
     std::cout << promq::job_stats_text(*s);
   return kExitOk;

@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "core/fs.hpp"
+#include "core/json_text.hpp"
 #include "sinks/sqlite.hpp"
 
 namespace sonde::cli {
@@ -98,7 +99,7 @@ int cmd_runs(const RunsOptions& o) {
              {"ticks", r.ticks},
              {"nodes", r.nodes}});
       }
-      std::cout << j.dump(2) << "\n";
+      std::cout << json_text(j, 2) << "\n";
       return kExitOk;
     }
     if (runs->empty()) {
@@ -151,11 +152,11 @@ int cmd_runs(const RunsOptions& o) {
                        {"manifest", run->manifest},
                        {"summary", summary}};
       if (!run->nodes.empty()) j["nodes"] = nodes;
-      std::cout << j.dump(2) << "\n";
+      std::cout << json_text(j, 2) << "\n";
       return kExitOk;
     }
     std::cout << fmt::format("run {} in {}\n", run_id, db);
-    std::cout << fmt::format("  stored ticks  {}\n", ticks.dump());
+    std::cout << fmt::format("  stored ticks  {}\n", json_text(ticks));
     if (summary.is_object()) {
       std::cout << summary_text(summary);
     } else {
@@ -163,7 +164,7 @@ int cmd_runs(const RunsOptions& o) {
     }
     if (!nodes.empty())
       std::cout << summary_nodes_text({{"nodes", nodes}, {"node_level", node_level}});
-    std::cout << "manifest:\n" << run->manifest.dump(2) << "\n";
+    std::cout << "manifest:\n" << json_text(run->manifest, 2) << "\n";
     return kExitOk;
   }
 
@@ -184,8 +185,7 @@ int cmd_runs(const RunsOptions& o) {
       }
       doc["nodes"] = nodes;
     }
-    const std::string text =
-        doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    const std::string text = json_text(doc) + "\n";
     if (o.out.empty() || o.out == "-") {
       std::cout << text;
       return kExitOk;

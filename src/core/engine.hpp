@@ -27,6 +27,9 @@ struct EngineOptions {
   std::function<void(const std::string&)> warn;
   /// Consecutive failures after which a collector is disabled.
   unsigned max_consecutive_failures = 5;
+  /// Open files another part of the process keeps under the same RLIMIT_NOFILE (serve's HTTP
+  /// connections): the scanner's budget of open /proc files leaves them out.
+  std::size_t reserved_fds = 0;
 };
 
 enum class CollectorState { ok, unavailable, disabled, failed };

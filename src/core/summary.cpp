@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "core/json_text.hpp"
+
 namespace sonde {
 
 void ColumnStats::add(double v, double dt) {
@@ -261,7 +263,7 @@ std::string summary_text(const nlohmann::json& s) {
                                 s["level"].get<std::string>(), s["ticks"].get<std::uint64_t>());
   if (!cmd.empty()) out += fmt::format("  command      {}\n", cmd);
   out += fmt::format("  exit status  {}\n",
-                     s["exit_status"].is_null() ? std::string("-") : s["exit_status"].dump());
+                     s["exit_status"].is_null() ? std::string("-") : json_text(s["exit_status"]));
   out += fmt::format("  wall time    {:.2f} s\n", s["wall_s"].get<double>());
   if (auto u = num("user_cpu_s"))
     out += fmt::format("  CPU time     user {:.2f} s, system {:.2f} s (wait4)\n", *u,

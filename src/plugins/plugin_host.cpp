@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_text.hpp"
 #include "plugins/plugins.hpp"
 #include "plugins/protocol.hpp"
 
@@ -162,7 +163,7 @@ int run_plugin_host(const std::string& path) {
           reply["tick"] = *t;
       }
     }
-    if (!write_all(out, reply.dump(-1, ' ', false, json::error_handler_t::replace) + "\n")) break;
+    if (!write_all(out, json_text(reply) + "\n")) break;
   }
   if (h.collector) h.collector->teardown();
   return 0;

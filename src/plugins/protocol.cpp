@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "core/json_text.hpp"
+
 namespace sonde::plugins::protocol {
 namespace {
 
@@ -183,7 +185,7 @@ YAML::Node json_to_yaml(const json& value) {
     case json::value_t::boolean: return YAML::Node(value.get<bool>() ? "true" : "false");
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
-    case json::value_t::number_float: return YAML::Node(value.dump());
+    case json::value_t::number_float: return YAML::Node(json_text(value));
     case json::value_t::string: {
       YAML::Node n(value.get<std::string>());
       n.SetTag("!");
@@ -283,7 +285,7 @@ std::string setup_request(const CollectorArgs& args, std::span<const Level> leve
               {"interval", args.interval_s},
               {"deadline", args.deadline_s},
               {"handler", {{"accepts", args.handler_accepts}, {"metrics", args.handler_metrics}}}};
-  return msg.dump() + "\n";
+  return json_text(msg) + "\n";
 }
 
 std::string tick_request(const TickContext& ctx, std::span<const Level> levels, bool context) {
@@ -335,7 +337,7 @@ std::string tick_request(const TickContext& ctx, std::span<const Level> levels, 
               {"procs", std::move(procs)},
               {"members", std::move(members)}};
     out += ",\"context\":";
-    out += c.dump(-1, ' ', false, json::error_handler_t::replace);
+    out += json_text(c);
   }
   out += "}\n";
   return out;
@@ -359,7 +361,7 @@ Result<json> parse_object(std::string_view line) {
 std::string error_text(const json& j) {
   auto e = j.find("error");
   if (e == j.end()) return "failed (no error message)";
-  return e->is_string() ? e->get<std::string>() : e->dump();
+  return e->is_string() ? e->get<std::string>() : json_text(*e);
 }
 }  // namespace
 
@@ -385,7 +387,7 @@ Result<SetupReply> parse_setup_reply(std::string_view line) {
     if (!n.is_number_integer() || n.get<long long>() < 0)
       return make_error(Errc::parse, fmt::format("setup reply: devices of level '{}' must be a "
                                                  "non-negative integer, got {}",
-                                                 name, n.dump()));
+                                                 name, json_text(n)));
     r.devices[level_index(*level)] = n.get<std::size_t>();
   }
   if (auto c = j.find("context"); c != j.end() && c->is_boolean()) r.context = c->get<bool>();
@@ -438,7 +440,7 @@ Result<std::vector<Level>> parse_levels(const json& msg) {
   for (const auto& name : *levels) {
     auto l = name.is_string() ? parse_level(name.get<std::string>()) : std::nullopt;
     if (!l)
-      return make_error(Errc::parse, fmt::format("\"levels\": unknown level {}", name.dump()));
+      return make_error(Errc::parse, fmt::format("\"levels\": unknown level {}", json_text(name)));
     out.push_back(*l);
   }
   return out;

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_text.hpp"
 #include "sinks/format.hpp"
 
 namespace sonde {
@@ -89,7 +90,7 @@ Result<std::unique_ptr<RunDirSink>> RunDirSink::create(const std::string& dir, c
 RunDirSink::~RunDirSink() = default;
 
 Result<void> RunDirSink::write_manifest() {
-  return replace_file_in(dir_fd_.get(), "manifest.json", manifest_.dump(2) + "\n",
+  return replace_file_in(dir_fd_.get(), "manifest.json", json_text(manifest_, 2) + "\n",
                          dir_ + "/manifest.json");
 }
 

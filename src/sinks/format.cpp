@@ -17,9 +17,17 @@ void append_number(std::string& out, double v, std::string_view nan_text) {
   fmt::format_to(std::back_inserter(out), "{:.10g}", v);
 }
 
+void append_time(std::string& out, double time_s, std::string_view nan_text) {
+  if (!std::isfinite(time_s)) {
+    out += nan_text;
+    return;
+  }
+  fmt::format_to(std::back_inserter(out), "{:.6f}", time_s);
+}
+
 void append_run_row(std::string& out, double time_s, double wallclock_s,
                     std::span<const double> values) {
-  append_number(out, time_s, "");
+  append_time(out, time_s, "");
   out += ',';
   fmt::format_to(std::back_inserter(out), "{:.6f}", wallclock_s);
   for (double v : values) {

@@ -14,8 +14,13 @@ namespace sonde {
 /// Appends a number as CSV/JSON text (10 significant digits); NaN/Inf append `nan_text`.
 void append_number(std::string& out, double v, std::string_view nan_text);
 
+/// Appends a time in seconds to the microsecond (monotonic time is seconds since boot: with 10
+/// significant digits it resolved only 1 ms after 116 days, while intervals go down to 1 ms).
+void append_time(std::string& out, double time_s, std::string_view nan_text);
+
 /// Appends one row of perf_<level>.csv and its newline, as a run directory holds it: time and
-/// values with append_number (a value not measured is an empty field), wallclock in µs.
+/// wallclock in µs (append_time), values with append_number (a value not measured is an empty
+/// field).
 void append_run_row(std::string& out, double time_s, double wallclock_s,
                     std::span<const double> values);
 

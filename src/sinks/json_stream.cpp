@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_text.hpp"
 #include "sinks/format.hpp"
 #include "sinks/json_stream_v1.hpp"
 
@@ -67,14 +68,15 @@ bool JsonStreamSink::ready(const Engine& engine) {
   j["columns_by_level"] = std::move(columns);
   j["interval"] = engine.interval_s();
   j["node_info"] = node_info_json(engine);
-  return emit(j.dump() + "\n");
+  return emit(json_text(j) + "\n");
 }
 
 void JsonStreamSink::error(int fd, const std::string& message) {
   JsonStreamSink s(fd);
   // JUmPER reads `error`; `message` is kept for earlier sonde clients.
   (void)s.emit(
-      nlohmann::json{{"status", "error"}, {"error", message}, {"message", message}}.dump() + "\n");
+      json_text(nlohmann::json{{"status", "error"}, {"error", message}, {"message", message}}) +
+      "\n");
 }
 
 bool JsonStreamSink::write(const Engine& engine, const Engine::Tick& tick) {
@@ -85,7 +87,7 @@ bool JsonStreamSink::write(const Engine& engine, const Engine::Tick& tick) {
     fmt::format_to(std::back_inserter(line_),
                    "{{\"level\":\"{}\",\"wallclock\":{:.6f},\"sample\":{{\"time\":", level_name(l),
                    tick.ctx.wallclock_s);
-    append_number(line_, tick.ctx.time_s, "null");
+    append_time(line_, tick.ctx.time_s, "null");
     for (std::size_t i = 0; i < cols.size(); ++i) {
       line_ += ",\"";
       line_ += cols[i];  // column names are validated identifiers: no escaping needed

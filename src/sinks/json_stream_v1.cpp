@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.hpp"
+
 namespace sonde {
 
 namespace {
@@ -65,7 +67,7 @@ std::string JsonStreamV1::convert(std::string_view line) {
     for (const char* k : {"pid", "num_cpus", "num_system_cpus", "num_gpus", "gpu_memory",
                           "gpu_name", "memory_limits", "cpu_handles", "levels"})
       if (j.contains(k)) r[k] = j[k];
-    return r.dump() + "\n";
+    return json_text(r) + "\n";
   }
   if (!j.contains("sample") || !j["sample"].is_object() || !j.contains("level"))
     throw std::invalid_argument(

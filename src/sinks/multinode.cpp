@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "core/fs.hpp"
+#include "core/json_text.hpp"
 #include "sinks/format.hpp"
 
 namespace sonde::multinode {
@@ -300,7 +301,7 @@ class CsvStore final : public Store {
   };
 
   Result<void> write_manifest() {
-    return replace_file_in(dir_fd_.get(), "manifest.json", manifest_.dump(2) + "\n",
+    return replace_file_in(dir_fd_.get(), "manifest.json", json_text(manifest_, 2) + "\n",
                            dir_ + "/manifest.json");
   }
 
@@ -629,7 +630,7 @@ void Head::handle(Message& m) {
       set_status(n, "failed",
                  "the agent reported: " + (doc.contains("error") && doc["error"].is_string()
                                                ? doc["error"].get<std::string>()
-                                               : doc.dump()),
+                                               : json_text(doc)),
                  wallclock_now());
   } else if (doc.contains("level")) {
     handle_sample(n, doc);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include "core/json_text.hpp"
 #include "sinks/format.hpp"
 #include "sinks/json_stream.hpp"
 
@@ -32,7 +33,7 @@ class Agent final : public AgentSink {
     // Stamped last, right before the write: the head bounds this node's clock offset with it.
     j["monotonic"] = monotonic_now();
     j["wallclock"] = wallclock_now();
-    return stream_.emit(j.dump() + "\n") ? SinkStatus::ok : SinkStatus::closed;
+    return stream_.emit(json_text(j) + "\n") ? SinkStatus::ok : SinkStatus::closed;
   }
 
   SinkStatus write(const Engine::Tick& tick) override {
@@ -50,7 +51,7 @@ class Agent final : public AgentSink {
     j["ticks_missed"] = end.ticks_missed;
     j["monotonic"] = monotonic_now();
     j["wallclock"] = wallclock_now();
-    (void)stream_.emit(j.dump() + "\n");
+    (void)stream_.emit(json_text(j) + "\n");
   }
 
  private:

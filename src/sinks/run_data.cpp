@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/fs.hpp"
+#include "core/json_text.hpp"
 #include "sinks/bounded_read.hpp"
 #include "sinks/csv_parse.hpp"
 
@@ -174,7 +175,7 @@ Result<void> read_nodes(int dir_fd, const std::string& dir, const std::string& m
       return make_error(Errc::parse,
                         fmt::format("{}: `nodes`: expected objects with a `name` that is a plain "
                                     "file name, got {}",
-                                    manifest_path, printable(entry.dump(), 80)));
+                                    manifest_path, printable(json_text(entry), 80)));
     const std::string name = entry["name"].get<std::string>();
     if (run.find_node(name))
       return make_error(Errc::parse, fmt::format("{}: `nodes`: node {} listed twice", manifest_path,
@@ -263,7 +264,7 @@ Result<RunData> read_run_dir(const std::string& dir) {
     if (!name.is_string() || !parse_level(name.get<std::string>()))
       return make_error(Errc::parse, fmt::format("{}: unknown level {} in `levels` (expected "
                                                  "process, user, slurm or system)",
-                                                 manifest_path, printable(name.dump(), 60)));
+                                                 manifest_path, printable(json_text(name), 60)));
     const std::string lname = name.get<std::string>();
     std::string file = "perf_" + lname + ".csv";
     if (m.contains("files") && m["files"].is_object() && m["files"].contains(lname) &&

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/fs.hpp"
+#include "core/json_text.hpp"
 #include "sinks/format.hpp"
 
 namespace sonde {
@@ -84,7 +85,7 @@ Result<void> write_run_dir(const RunData& run, const std::string& dir) {
   manifest["levels"] = levels;
   manifest["files"] = files;
   manifest["exported_from"] = run.source;
-  return replace_file_in(dir_fd->get(), "manifest.json", manifest.dump(2) + "\n",
+  return replace_file_in(dir_fd->get(), "manifest.json", json_text(manifest, 2) + "\n",
                          dir + "/manifest.json");
 }
 

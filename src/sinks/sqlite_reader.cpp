@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.hpp"
 #include "sinks/run_data.hpp"
 #include "sinks/sqlite_values.hpp"
 
@@ -197,7 +198,7 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
         }))
       return make_error(
           Errc::parse, fmt::format("{}: run {} has a column name that is not a name: {}", path, *id,
-                                   nlohmann::json(name).dump()));
+                                   json_text(nlohmann::json(name))));
     NodeColumns& nc = by_node[column_text(cols->get(), 2)];
     nc.names[level_index(*l)].push_back(name);
     if (std::find(nc.levels.begin(), nc.levels.end(), *l) == nc.levels.end())

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_text.hpp"
 #include "sinks/format.hpp"
 #include "sinks/sqlite_values.hpp"
 
@@ -79,11 +80,11 @@ Result<std::unique_ptr<SqliteSink>> SqliteSink::create(
   const nlohmann::json& m = s->manifest_;
   sqlite3_stmt* r = insert_run.get();
   bind_text(r, 1, m.value("host", std::string()));
-  bind_text(r, 2, m.value("command", nlohmann::json::array()).dump());
+  bind_text(r, 2, json_text(m.value("command", nlohmann::json::array())));
   bind_text(r, 3, m.value("mode", std::string()));
   sqlite3_bind_double(r, 4, m.value("start_wallclock", wallclock_now()));
   sqlite3_bind_double(r, 5, m.value("interval", 0.0));
-  bind_text(r, 6, m.dump());
+  bind_text(r, 6, json_text(m));
   if (sqlite3_step(r) != SQLITE_DONE) return fail("cannot add the run");
   s->run_id_ = sqlite3_last_insert_rowid(h);
   sqlite3_stmt* c = insert_column.get();
@@ -106,7 +107,7 @@ Result<std::unique_ptr<SqliteSink>> SqliteSink::create(
       (void)fail("");
       return ok.error();
     }
-    bind_text(upd.get(), 1, s->manifest_.dump());
+    bind_text(upd.get(), 1, json_text(s->manifest_));
     sqlite3_bind_int64(upd.get(), 2, s->run_id_);
     if (sqlite3_step(upd.get()) != SQLITE_DONE) return fail("cannot add the run");
   }
@@ -321,7 +322,7 @@ void SqliteSink::store_manifest() {
     return;
   }
   upd = SqliteStmt(raw);
-  bind_text(raw, 1, manifest_.dump());
+  bind_text(raw, 1, json_text(manifest_));
   sqlite3_bind_int64(raw, 2, run_id_);
   if (sqlite3_step(raw) != SQLITE_DONE)
     std::cerr << "sonde: error: " << db_->error_text("cannot update the run") << "\n";
@@ -356,8 +357,8 @@ void SqliteSink::finish(const RunOutcome& outcome, const nlohmann::json& summary
     sqlite3_bind_null(raw, 2);
   sqlite3_bind_int(raw, 3, failed_ ? 0 : 1);
   sqlite3_bind_int64(raw, 4, static_cast<sqlite3_int64>(ticks));
-  bind_text(raw, 5, manifest_.dump());
-  bind_text(raw, 6, summary.dump());
+  bind_text(raw, 5, json_text(manifest_));
+  bind_text(raw, 6, json_text(summary));
   sqlite3_bind_int64(raw, 7, run_id_);
   // After a reported write error this is a last try (the run's row keeps complete = 0 anyway);
   // its failure is not reported a second time.

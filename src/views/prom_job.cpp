@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/gzip.hpp"
+#include "core/json_text.hpp"
 #include "core/summary.hpp"
 
 namespace sonde::promq {
@@ -450,8 +451,7 @@ std::string base64(const std::string& in) {
 }
 
 std::string pack(const nlohmann::json& j) {
-  return "SONDE1:" +
-         base64(gzip(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), 9));
+  return "SONDE1:" + base64(gzip(json_text(j), 9));
 }
 }  // namespace
 
@@ -858,7 +858,7 @@ Result<void> write_job_run(Api& api, const JobWindow& w, const std::string& dir,
                      {"scrape_interval_s", w.scrape_s},
                      {"rate_window", W},
                      {"queries", query_log}};
-  return write_text(fs::path(dir) / "manifest.json", m.dump(1) + "\n");
+  return write_text(fs::path(dir) / "manifest.json", json_text(m, 1) + "\n");
 }
 
 }  // namespace sonde::promq

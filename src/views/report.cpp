@@ -10,6 +10,7 @@
 
 #include "core/fs.hpp"
 #include "core/gzip.hpp"
+#include "core/json_text.hpp"
 #include "views/report_assets.hpp"
 
 namespace sonde {
@@ -201,7 +202,7 @@ void append_levels(std::string& out, const RunData& run, const nlohmann::json& n
     nlohmann::json charts = resolve_charts(options.charts, t.columns);
     label_energy_series(charts, domains);
     fmt::format_to(std::back_inserter(out), "{{\"level\":\"{}\",\"limits\":{},\"charts\":{},",
-                   lname, limits.dump(), charts.dump());
+                   lname, json_text(limits), json_text(charts));
     out += "\"t\":[";
     for (std::size_t i = 0; i < t.rows.size(); ++i) {
       if (i) out += ',';
@@ -210,7 +211,7 @@ void append_levels(std::string& out, const RunData& run, const nlohmann::json& n
     out += "],\"cols\":{";
     for (std::size_t c = 2; c < t.columns.size(); ++c) {
       if (c > 2) out += ',';
-      out += nlohmann::json(t.columns[c]).dump();
+      out += json_text(nlohmann::json(t.columns[c]));
       out += ":[";
       for (std::size_t i = 0; i < t.rows.size(); ++i) {
         if (i) out += ',';
@@ -262,11 +263,11 @@ std::string report_data_json(const RunData& run, const ReportOptions& options) {
   std::string out;
   out.reserve(1 << 20);
   out += "{\"meta\":";
-  out += meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out += json_text(meta);
   out += ",\"summary\":";
-  out += summarize_run(run).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out += json_text(summarize_run(run));
   out += ",\"cells\":";
-  out += cells.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out += json_text(cells);
   out += ",\"levels\":";
   append_levels(out, run, node, t0, options);
   if (!run.nodes.empty()) {
@@ -282,9 +283,9 @@ std::string report_data_json(const RunData& run, const ReportOptions& options) {
                                     : nlohmann::json::object();
       const double offset = nm.contains("node") ? json_number(nm["node"], "clock_offset_s") : 0;
       out += "{\"name\":";
-      out += nlohmann::json(n.node).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      out += json_text(nlohmann::json(n.node));
       out += ",\"node\":";
-      out += ni.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      out += json_text(ni);
       out += ",\"levels\":";
       append_levels(out, n, ni, t0 + (std::isfinite(offset) ? offset : 0), options);
       out += '}';

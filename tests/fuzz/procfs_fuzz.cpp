@@ -1,11 +1,13 @@
 // Fuzz target: every pure /proc and /sys parser of src/core/procfs.hpp on the same text. Besides
 // "no crash, no sanitizer report", it checks what the parsers promise: an accepted /proc/stat has
-// one id per per-CPU line, CPU ids stay within the parser's bound, meminfo sizes are whole kB.
+// one id per per-CPU line, CPU ids stay within the parser's bound, meminfo sizes are whole kB, the
+// Slurm job read from a cgroup file is a plain id.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include "core/procfs.hpp"
+#include "core/slurm_job.hpp"
 #include "fuzz_common.hpp"
 
 using sonde::fuzz::check;
@@ -36,6 +38,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)procfs::parse_memory_limit(text);
   (void)procfs::parse_limits_address_space(text);
   (void)procfs::environ_value(text, "SLURM_JOB_ID");
+  // The job of a process from its cgroup file (v1 and v2 layouts): a plain id or none.
+  if (auto job = sonde::slurm_job_from_cgroup(text))
+    check(sonde::is_plain_job_id(*job), "cgroup: the job is a plain id");
   (void)procfs::is_physical_block_link(text);
   return 0;
 }
