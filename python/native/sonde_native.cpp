@@ -27,8 +27,10 @@
 #include <fmt/format.h>
 
 #include "core/engine.hpp"
+#include "core/json_text.hpp"
 #include "core/sampler.hpp"
 #include "core/setup.hpp"
+#include "core/threads.hpp"
 #include "plugins/plugins.hpp"
 #include "sinks/format.hpp"
 #include "sinks/run_data.hpp"
@@ -48,7 +50,7 @@ double thread_cpu_s(std::thread& t) {
 }
 
 py::object json_to_py(const nlohmann::json& j) {
-  return py::module_::import("json").attr("loads")(j.dump());
+  return py::module_::import("json").attr("loads")(json_text(j));
 }
 
 class Monitor {
@@ -74,7 +76,17 @@ class Monitor {
     if (thread_.joinable()) return;
     sampler_ = std::make_unique<Sampler>(*engine_, SamplerOptions{}, nullptr);
     running_ = true;
-    thread_ = std::thread([this] { sampler_->run(buffer_); });
+    // The thread's entry: an exception must not end the process (a Jupyter kernel); it ends the
+    // sampling, and Python sees why in warnings() (running() turns false).
+    thread_ = start_thread([this] {
+      try {
+        sampler_->run(buffer_);
+      } catch (const std::exception& e) {
+        fail(fmt::format("the sampling thread failed: {}", e.what()));
+      } catch (...) {
+        fail("the sampling thread failed");
+      }
+    });
   }
 
   void stop() {
@@ -304,6 +316,16 @@ class Monitor {
     }
     missed_before_.fetch_add(sampler_->missed());
     sampler_.reset();
+    running_ = false;
+  }
+
+  /// On the sampling thread, which then ends: why, for warnings().
+  void fail(const std::string& why) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      warnings_.push_back(why);
+    } catch (...) {
+    }
     running_ = false;
   }
 

@@ -148,3 +148,57 @@ def test_native_plugin_in_the_kernel(isolate):
     vals = m.samples("process")["test_value"].dropna()
     assert len(vals) >= 3 and (vals == 42).all(), m.stats()["collectors"]
     assert not m.warnings()
+
+
+SIGNAL_SCRIPT = r"""
+import signal, sys, time
+import sonde
+
+got = []
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, lambda signum, frame: got.append(signum))
+m = sonde.Monitor(interval=0.05, levels="process,system")
+m.start()
+end = time.monotonic() + 20
+while m.rows("system") < 3 and time.monotonic() < end:
+    time.sleep(0.02)
+print("ready", any(c.startswith("gpu") for c in m.columns("system")), flush=True)
+while not got and time.monotonic() < end:
+    time.sleep(0.01)
+m.stop()
+print("got", got[0] if got else 0, "rows", m.rows("system"), flush=True)
+"""
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_signal_reaches_python_with_a_gpu_collector(signame, tmp_path):
+    # The GPU collector runs on the engine's watchdog thread: it and the sampler's thread block
+    # the process' signals, so that the interpreter's own handlers (on its main thread) get them.
+    import signal
+    import subprocess
+    import sys
+
+    fake = os.environ.get("SONDE_TEST_FAKE_NVML")
+    if not fake:
+        pytest.skip("no fake NVML in this build")
+    env = dict(os.environ, SONDE_NVML_LIBRARY=fake,
+               SONDE_ROCM_SMI_LIBRARY="/nonexistent/librocm_smi64.so",
+               SONDE_FAKE_GPU_SCENARIO=os.path.join(os.environ["SONDE_TEST_FAKE_SCENARIOS"],
+                                                    "nvidia_workload.json"),
+               SONDE_PLUGIN_PATH="", XDG_CONFIG_HOME=str(tmp_path))
+    p = subprocess.Popen([sys.executable, "-c", SIGNAL_SCRIPT], env=env, cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = p.stdout.readline().split()
+        assert ready[:1] == ["ready"], p.stderr.read()
+        assert ready[1] == "True", "no GPU column: the watchdog's thread is not exercised"
+        sig = getattr(signal, signame)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    words = out.split()
+    assert words[:2] == ["got", str(int(sig))], out + err
+    assert int(words[3]) >= 3

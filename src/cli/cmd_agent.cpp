@@ -19,6 +19,7 @@
 #include "core/engine.hpp"
 #include "core/sampler.hpp"
 #include "core/slurm_job.hpp"
+#include "core/threads.hpp"
 #include "sinks/json_stream.hpp"
 #include "sinks/multinode_agent.hpp"
 #include "sinks/sink.hpp"
@@ -69,6 +70,8 @@ int cmd_agent(const CommonOptions& common, const AgentOptions& agent) {
   eo.roots = roots_from_env();
   eo.target = target;
   eo.levels = levels;
+  // Before the engine starts any thread (core/threads.hpp has the rule for the threads).
+  SignalGuard signals(/*with_sigchld=*/false);
   const Registry registry = make_registry();
   auto engine_r = Engine::create(*cfg, eo, registry);
   if (!engine_r)
@@ -84,7 +87,6 @@ int cmd_agent(const CommonOptions& common, const AgentOptions& agent) {
   SinkSet sinks;
   sinks.add(std::move(sink));
 
-  SignalGuard signals(/*with_sigchld=*/false);
   SamplerOptions sampling;
   sampling.on_signal = SamplerOptions::OnSignal::stop;
   sampling.hangup_fd = STDOUT_FILENO;
@@ -95,7 +97,7 @@ int cmd_agent(const CommonOptions& common, const AgentOptions& agent) {
   std::atomic<bool> done{false};
   std::thread stdin_watch;
   if (agent.end_on_stdin_eof)
-    stdin_watch = std::thread([&] {
+    stdin_watch = start_thread([&] {
       char buf[256];
       while (!done.load()) {
         pollfd p{STDIN_FILENO, POLLIN, 0};

@@ -23,6 +23,7 @@
 #include "core/clock.hpp"
 #include "core/gzip.hpp"
 #include "core/sampler.hpp"
+#include "core/threads.hpp"
 #include "http/basic_auth.hpp"
 #include "http/server.hpp"
 #include "sinks/prometheus.hpp"
@@ -135,8 +136,28 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   // collector included), so every thread inherits the mask and only the signalfd sees them.
   SignalGuard signals(/*with_sigchld=*/false);
 
+  // One open-file limit for the HTTP connections and the scanner's open /proc files: the
+  // connections get their cap first (raised limit permitting), the scanner what is left.
+  http::Limits limits;
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    const rlim_t want = limits.max_connections + 128;
+    if (rl.rlim_cur < want) {
+      rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+      ::getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    // Slow clients must not exhaust descriptors before the connection cap does: at most half of
+    // what is left after sonde's own 256.
+    const std::size_t room =
+        rl.rlim_cur > 320 ? static_cast<std::size_t>(rl.rlim_cur - 256) / 2 : 32;
+    limits.max_connections = std::min(limits.max_connections, room);
+    limits.max_connections_per_client =
+        std::min(limits.max_connections_per_client, limits.max_connections);
+  }
+
   // The node only: the engine's other levels are relative to one target process.
   EngineOptions eo;
+  eo.reserved_fds = limits.max_connections + 16;  // + the listening sockets, epoll, timers
   eo.roots = roots_from_env();
   eo.target.uid = ::getuid();
   eo.levels = {Level::system};
@@ -229,15 +250,6 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
     res.close = false;
     return res;
   };
-  // Slow clients must not exhaust descriptors before the connection cap does.
-  const http::Limits limits;
-  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    const rlim_t want = limits.max_connections + 128;
-    if (rl.rlim_cur < want) {
-      rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
-      ::setrlimit(RLIMIT_NOFILE, &rl);
-    }
-  }
   const http::TlsFiles tls{so.tls_cert, so.tls_key};
   auto server_r =
       http::Server::listen(host, port_wanted, limits, route, so.tls_cert.empty() ? nullptr : &tls);
@@ -265,8 +277,22 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
     std::cerr << "sonde: note: --per-job: Slurm puts no jobs in cgroups here, so a process' job "
                  "is its SLURM_JOB_ID, which any user can set (docs/prometheus.md)\n";
   std::cerr << std::flush;
-  std::thread http([&] {
-    if (auto r = server.run(); !r) print_error(fmt::format("sonde serve: {}", r.error().message));
+  // The HTTP thread's entry: a server that fails (an error or an exception) ends serve cleanly
+  // with a one-line error and exit 1, never the process from that thread.
+  std::atomic<bool> http_failed{false};
+  std::thread http = start_thread([&] {
+    std::string error;
+    try {
+      if (auto r = server.run(); !r) error = r.error().message;
+    } catch (const std::exception& e) {
+      error = fmt::format("the HTTP server failed: {}", e.what());
+    } catch (...) {
+      error = "the HTTP server failed";
+    }
+    if (error.empty()) return;
+    print_error(fmt::format("sonde serve: {}", error));
+    http_failed = true;
+    ::kill(::getpid(), SIGTERM);  // to the sampler's signalfd: the run ends as on a signal
   });
 
   // Sampling on an absolute schedule (from the first tick) until SIGINT/SIGTERM/SIGHUP.
@@ -275,7 +301,7 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   Sampler(engine, sampling, &signals).run(sinks);
   server.stop();
   http.join();
-  return kExitOk;
+  return http_failed ? kExitFailure : kExitOk;
 }
 
 }  // namespace sonde::cli

@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
+#include "core/json_text.hpp"
 #include "gpu/gpu.hpp"
 #include "plugins/plugins.hpp"
 #include "views/status.hpp"
@@ -304,6 +305,17 @@ int cmd_status(int argc, char** argv, bool gpustat) {
   status::StatusSettings settings;
   settings.command = name;
   if (const char* p = std::getenv("SONDE_PROC_ROOT"); p && *p) settings.proc_root = p;
+  if (const char* t = std::getenv("SONDE_STATUS_HOOK_TIMEOUT"); t && *t) {
+    char* end = nullptr;
+    const double v = std::strtod(t, &end);
+    if (end != t && *end == '\0' && v > 0 && v <= 3600)
+      settings.hook_timeout_s = v;
+    else
+      std::cerr << fmt::format(
+          "sonde: warning: SONDE_STATUS_HOOK_TIMEOUT='{}' is not a number of seconds in (0, 3600]; "
+          "using {} s\n",
+          t, settings.hook_timeout_s);
+  }
   status::StatusHooks hooks(all_status_plugins(), settings);
   hooks.add_options(app);
 
@@ -399,7 +411,8 @@ int cmd_status(int argc, char** argv, bool gpustat) {
   auto render = [&]() -> std::string {
     status::StatusData data = status::query_status(gpus, hooks, qo);
     if (json)
-      return (gpustat ? status::gpustat_json(data, go) : status::status_json(data)).dump(4) + "\n";
+      return json_text((gpustat ? status::gpustat_json(data, go) : status::status_json(data)), 4) +
+             "\n";
     return gpustat ? status::gpustat_text(data, hooks, go, color)
                    : status::status_text(data, hooks, color);
   };

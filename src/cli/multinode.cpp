@@ -24,8 +24,10 @@
 
 #include "core/clock.hpp"
 #include "core/helper_children.hpp"
+#include "core/json_text.hpp"
 #include "core/sampler.hpp"
 #include "core/slurm_job.hpp"
+#include "core/threads.hpp"
 #include "sinks/csv_run_dir.hpp"
 #include "sinks/multinode_sqlite.hpp"
 #include "sinks/sqlite.hpp"
@@ -56,13 +58,29 @@ std::string find_program(const std::string& name) {
   return {};
 }
 
+/// How long a Slurm client command (squeue, scontrol) may take: slurmctld that does not answer
+/// makes them wait for minutes, and the head must go on sampling (and end) without them.
+/// $SONDE_SLURM_COMMAND_TIMEOUT (seconds, (0, 3600]) changes it; 10 s by default.
+double slurm_command_timeout() {
+  static const double t = [] {
+    const char* v = std::getenv("SONDE_SLURM_COMMAND_TIMEOUT");
+    char* end = nullptr;
+    const double d = v ? std::strtod(v, &end) : 0;
+    return v && end != v && *end == '\0' && d > 0 && d <= 3600 ? d : 10.0;
+  }();
+  return t;
+}
+
 struct Captured {
-  int status = -1;  ///< exit status, 128+N when killed, -1 when it could not start
+  /// exit status, 128+N when killed, -1 when it could not start, kTimedOut past its deadline
+  int status = -1;
+  static constexpr int kTimedOut = -2;
   std::string out, err;
 };
 
-/// Runs `argv` (found on PATH) and captures its output (a few KiB expected).
-Captured capture(const std::vector<std::string>& argv) {
+/// Runs `argv` (found on PATH) and captures its output (a few KiB expected). Past `timeout_s`
+/// the command's process group is killed and the result is kTimedOut, with the reason in `err`.
+Captured capture(const std::vector<std::string>& argv, double timeout_s = slurm_command_timeout()) {
   Captured c;
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return c;
@@ -79,8 +97,14 @@ Captured capture(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // Its own process group, so that a deadline kills what it started too (they hold the pipes).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  const int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   ::close(out[1]);
   ::close(err[1]);
@@ -89,8 +113,17 @@ Captured capture(const std::vector<std::string>& argv) {
     pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
     int open = 2;
     char buf[4096];
+    const double deadline = monotonic_now() + timeout_s;
+    bool timed_out = false;
     while (open > 0) {
-      if (::poll(fds, 2, -1) < 0) {
+      const double left = deadline - monotonic_now();
+      if (left <= 0) {
+        timed_out = true;
+        ::kill(-pid, SIGKILL);
+        break;
+      }
+      const int ms = static_cast<int>(std::min(left * 1000 + 1, 60000.0));
+      if (::poll(fds, 2, ms) < 0) {
         if (errno == EINTR) continue;
         break;
       }
@@ -111,6 +144,10 @@ Captured capture(const std::vector<std::string>& argv) {
     }
     forget_helper_child(pid);
     c.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+    if (timed_out) {
+      c.status = Captured::kTimedOut;
+      c.err = fmt::format("{} did not answer within {:g} s", argv[0], timeout_s);
+    }
   }
   ::close(out[0]);
   ::close(err[0]);
@@ -189,6 +226,11 @@ std::variant<SlurmAllocation, int> allocation_of_job(const std::string& job) {
       return kExitUsage;
     }
   Captured q = capture({"squeue", "-j", job, "-h", "-o", "%N %u %T"});
+  if (q.status == Captured::kTimedOut) {
+    print_error(fmt::format("record --slurm-job {}: {} (is slurmctld up?); nothing was started",
+                            job, q.err));
+    return kExitFailure;
+  }
   std::stringstream ss(q.out);
   std::string nodelist, user, state;
   ss >> nodelist >> user >> state;
@@ -352,7 +394,17 @@ bool AgentLauncher::start(const std::vector<std::string>& argv, const sigset_t& 
   }
   note_helper_child(pid);
   pid_ = pid;
-  reader_ = std::thread([this, o = out[0], e = err[0]] { read_loop(o, e); });
+  reader_ = start_thread([this, o = out[0], e = err[0]] {
+    // The thread's entry: nothing may end the process from here (an exception would). A reader
+    // that fails ends srun and the launcher, and the head ends the run with what it has.
+    try {
+      read_loop(o, e);
+    } catch (const std::exception& ex) {
+      reader_failed(ex.what());
+    } catch (...) {
+      reader_failed("an unknown exception");
+    }
+  });
   return true;
 }
 
@@ -362,9 +414,16 @@ void AgentLauncher::read_loop(int out_fd, int err_fd) {
   std::vector<char> buf(1 << 16);
   int open = 2;
   std::uint64_t err_lines = 0;
+  std::uint64_t failed_lines = 0;
   auto deliver = [&](int i, std::string_view line) {
     if (i == 0) {
-      head_.on_line(line, wallclock_now(), monotonic_now());
+      // One line the head cannot take (out of memory, a bug) is that line lost, not the run.
+      try {
+        head_.on_line(line, wallclock_now(), monotonic_now());
+      } catch (const std::exception& ex) {
+        if (failed_lines++ == 0)
+          std::cerr << fmt::format("sonde: warning: an agent line was dropped: {}\n", ex.what());
+      }
     } else {
       head_.on_launcher_stderr(line, monotonic_now());
       // srun's own messages and the agents' warnings, labeled by task.
@@ -412,6 +471,20 @@ void AgentLauncher::read_loop(int out_fd, int err_fd) {
                               : std::string("it ended");
   exited_ = true;
   head_.on_launcher_exit(why);
+}
+
+void AgentLauncher::reader_failed(const std::string& what) {
+  print_error(
+      fmt::format("the reader of the agents' output failed ({}); srun is stopped and the "
+                  "run ends with what was received",
+                  what));
+  ::kill(pid_, SIGKILL);
+  int ws = 0;
+  while (::waitpid(pid_, &ws, 0) < 0 && errno == EINTR) {
+  }
+  forget_helper_child(pid_);
+  exited_ = true;
+  head_.on_launcher_exit("the head's reader failed");
 }
 
 void AgentLauncher::stop(double grace_s) {
@@ -576,6 +649,11 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
     // Agents that end: the job's end (they are complete, the recording ends), or a fault.
     if (head.agents_ending()) {
       const Captured q = capture({"squeue", "-j", alloc.job, "-h", "-o", "%T"});
+      if (q.status == Captured::kTimedOut) {
+        // Unknown: ask again at the next tick (srun ends with the job, which ends the loop).
+        std::cerr << fmt::format("sonde: warning: {}\n", q.err);
+        continue;
+      }
       const bool running = q.status == 0 && q.out.starts_with("RUNNING");
       head.confirm_ends(running, monotonic_now());
       if (!running) {
@@ -604,7 +682,7 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
   }
   if (!common.quiet) std::cerr << multinode::Head::summary_text(summary) << "  " << where << "\n";
   if (!common.summary_json.empty()) {
-    if (auto ok = write_file_atomic(common.summary_json, summary.dump(2) + "\n"); !ok)
+    if (auto ok = write_file_atomic(common.summary_json, json_text(summary, 2) + "\n"); !ok)
       print_error(ok.error().message);
   }
   return kExitOk;

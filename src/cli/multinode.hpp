@@ -62,6 +62,7 @@ class AgentLauncher {
 
  private:
   void read_loop(int out_fd, int err_fd);
+  void reader_failed(const std::string& what);  ///< on the reader thread: ends srun
   multinode::Head& head_;
   pid_t pid_ = -1;
   UniqueFd stdin_;  ///< the write end of the launcher's stdin: closed to end the agents

@@ -18,6 +18,7 @@
 #include "cli/multinode.hpp"
 #include "core/engine.hpp"
 #include "core/helper_children.hpp"
+#include "core/json_text.hpp"
 #include "core/sampler.hpp"
 #include "core/summary.hpp"
 #include "sinks/csv_run_dir.hpp"
@@ -196,6 +197,10 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   eo.roots = roots;
   eo.target = target;
   eo.levels = levels;
+  // Signals are blocked (and received through the guard's signalfd) before the engine starts any
+  // thread: a SIGTERM from scancel, systemd or a time limit always ends the run with its summary.
+  // Threads started later block them too (core/threads.hpp).
+  SignalGuard signals(/*with_sigchld=*/true);
   const Registry registry = make_registry();
   auto engine_r = Engine::create(*cfg, eo, registry);
   if (!engine_r)
@@ -248,7 +253,6 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     sinks.add(make_head_sink(*head));
   }
 
-  SignalGuard signals(/*with_sigchld=*/true);
   if (head) {
     // The agents first, so that they see the command from its start.
     launcher = std::make_unique<AgentLauncher>(*head);
@@ -350,7 +354,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   if (!streaming && !common.quiet) std::cerr << summary_text(end.summary);
   if (head && !common.quiet) std::cerr << multinode::Head::summary_text(head->summary_json());
   if (!common.summary_json.empty()) {
-    if (auto ok = write_file_atomic(common.summary_json, end.summary.dump(2) + "\n"); !ok)
+    if (auto ok = write_file_atomic(common.summary_json, json_text(end.summary, 2) + "\n"); !ok)
       print_error(ok.error().message);
   }
   if (common.report && !outcome.run_dir.empty())

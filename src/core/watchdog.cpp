@@ -1,5 +1,7 @@
 #include "core/watchdog.hpp"
 
+#include "core/threads.hpp"
+
 #include <algorithm>
 #include <chrono>
 
@@ -74,7 +76,7 @@ Watchdog::~Watchdog() {
 }
 
 void Watchdog::spawn_worker() {  // with state_->m held
-  state_->worker = std::thread(work, state_, state_->generation);
+  state_->worker = start_thread(work, state_, state_->generation);
 }
 
 bool Watchdog::busy(std::size_t slot) const {
@@ -118,7 +120,12 @@ void Watchdog::work(std::shared_ptr<State> s, std::uint64_t generation) {
       b->deadline_ns.store(t0 + to_ns(call.deadline_s), std::memory_order_relaxed);
       b->armed.store(i + 1, std::memory_order_release);
       lock.unlock();
-      call.run();
+      // The thread's entry for foreign code: an exception that escapes a call (the engine's own
+      // calls catch theirs) is that call's end, never the process's.
+      try {
+        call.run();
+      } catch (...) {
+      }
       const std::int64_t t1 = now_ns();
       if (call.slot < s->slots) s->in_call[call.slot].store(false, std::memory_order_release);
       lock.lock();

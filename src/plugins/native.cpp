@@ -46,151 +46,204 @@ namespace sonde::plugins {
 namespace {
 
 // ---- the host API ----
+// Every entry is noexcept and checks its arguments: a plugin's C frames are between the host and
+// any exception, and a NULL key or output from a broken plugin must be a refused call (0, -1 or
+// NULL as the header documents), never a std::string built from nullptr or a crash of the run.
 
-const YAML::Node* kwarg(const sonde_host* h, const char* key) {
-  auto it = h->args.raw_kwargs.find(key);
-  return it == h->args.raw_kwargs.end() ? nullptr : &it->second.value;
+const YAML::Node* kwarg(const sonde_host* h, const char* key) noexcept {
+  if (h == nullptr || key == nullptr) return nullptr;
+  try {
+    auto it = h->args.raw_kwargs.find(key);
+    return it == h->args.raw_kwargs.end() ? nullptr : &it->second.value;
+  } catch (...) {
+    return nullptr;
+  }
 }
 
-int api_kwarg_string(const sonde_host* h, const char* key, const char** value) {
+int api_kwarg_string(const sonde_host* h, const char* key, const char** value) noexcept {
   const YAML::Node* n = kwarg(h, key);
   if (!n) return 0;
-  if (!n->IsScalar()) return -1;
+  if (value == nullptr || !n->IsScalar()) return -1;
   *value = n->Scalar().c_str();
   return 1;
 }
-int api_kwarg_number(const sonde_host* h, const char* key, double* value) {
+int api_kwarg_number(const sonde_host* h, const char* key, double* value) noexcept {
   const YAML::Node* n = kwarg(h, key);
   if (!n) return 0;
   double v = 0;
-  if (!n->IsScalar() || !YAML::convert<double>::decode(*n, v)) return -1;
+  if (value == nullptr || !n->IsScalar() || !YAML::convert<double>::decode(*n, v)) return -1;
   *value = v;
   return 1;
 }
-int api_kwarg_bool(const sonde_host* h, const char* key, int* value) {
+int api_kwarg_bool(const sonde_host* h, const char* key, int* value) noexcept {
   const YAML::Node* n = kwarg(h, key);
   if (!n) return 0;
   bool v = false;
-  if (!n->IsScalar() || !YAML::convert<bool>::decode(*n, v)) return -1;
+  if (value == nullptr || !n->IsScalar() || !YAML::convert<bool>::decode(*n, v)) return -1;
   *value = v ? 1 : 0;
   return 1;
 }
-int64_t api_kwarg_list_size(const sonde_host* h, const char* key) {
+int64_t api_kwarg_list_size(const sonde_host* h, const char* key) noexcept {
   const YAML::Node* n = kwarg(h, key);
   if (!n || !n->IsSequence()) return -1;
   for (const auto& item : *n)
     if (!item.IsScalar()) return -1;
   return static_cast<int64_t>(n->size());
 }
-const char* api_kwarg_list_item(const sonde_host* h, const char* key, size_t index) {
+const char* api_kwarg_list_item(const sonde_host* h, const char* key, size_t index) noexcept {
   const YAML::Node* n = kwarg(h, key);
-  if (!n || !n->IsSequence() || index >= n->size()) return nullptr;
-  return (*n)[index].Scalar().c_str();
+  try {
+    if (!n || !n->IsSequence() || index >= n->size() || !(*n)[index].IsScalar()) return nullptr;
+    return (*n)[index].Scalar().c_str();
+  } catch (...) {
+    return nullptr;
+  }
 }
-int api_injected(const sonde_host* h, const char* key) {
+int api_injected(const sonde_host* h, const char* key) noexcept {
+  if (h == nullptr || key == nullptr) return 0;
   for (const auto& k : h->args.inject)
     if (k == key) return 1;
   return 0;
 }
-const sonde_node_info* api_node_info(const sonde_host* h) {
-  return h->args.node != nullptr ? &h->node : nullptr;
+const sonde_node_info* api_node_info(const sonde_host* h) noexcept {
+  return h != nullptr && h->args.node != nullptr ? &h->node : nullptr;
 }
-int32_t api_target_pid(const sonde_host* h) {
-  return h->args.target ? h->args.target->pid : 0;
+int32_t api_target_pid(const sonde_host* h) noexcept {
+  return h != nullptr && h->args.target ? h->args.target->pid : 0;
 }
-uint32_t api_target_uid(const sonde_host* h) {
-  return h->args.target ? h->args.target->uid : 0;
+uint32_t api_target_uid(const sonde_host* h) noexcept {
+  return h != nullptr && h->args.target ? h->args.target->uid : 0;
 }
-const char* api_slurm_job(const sonde_host* h) {
-  return h->args.target && h->args.target->slurm_job ? h->args.target->slurm_job->c_str() : nullptr;
+const char* api_slurm_job(const sonde_host* h) noexcept {
+  return h != nullptr && h->args.target && h->args.target->slurm_job
+             ? h->args.target->slurm_job->c_str()
+             : nullptr;
 }
-void api_log(const sonde_host* h, int severity, const char* message) {
-  std::cerr << fmt::format("sonde: {}collector '{}': {}\n", severity > 0 ? "warning: " : "",
-                           h->name, message ? message : "");
+void api_log(const sonde_host* h, int severity, const char* message) noexcept {
+  if (h == nullptr) return;
+  try {
+    std::cerr << fmt::format("sonde: {}collector '{}': {}\n", severity > 0 ? "warning: " : "",
+                             h->name, message ? message : "");
+  } catch (...) {
+  }
 }
-uint64_t api_tick_index(const sonde_tick* t) {
-  return t->ctx->tick;
+uint64_t api_tick_index(const sonde_tick* t) noexcept {
+  return t != nullptr ? t->ctx->tick : 0;
 }
-double api_tick_time(const sonde_tick* t) {
-  return t->ctx->time_s;
+double api_tick_time(const sonde_tick* t) noexcept {
+  return t != nullptr ? t->ctx->time_s : 0;
 }
-double api_tick_wallclock(const sonde_tick* t) {
-  return t->ctx->wallclock_s;
+double api_tick_wallclock(const sonde_tick* t) noexcept {
+  return t != nullptr ? t->ctx->wallclock_s : 0;
 }
-double api_tick_dt(const sonde_tick* t) {
-  return t->ctx->dt_s;
+double api_tick_dt(const sonde_tick* t) noexcept {
+  return t != nullptr ? t->ctx->dt_s : 0;
 }
 bool valid_level(sonde_level l) {
   return l >= SONDE_LEVEL_PROCESS && l <= SONDE_LEVEL_SYSTEM;
 }
-size_t api_level_size(const sonde_tick* t, sonde_level l) {
-  if (!valid_level(l)) return 0;
+size_t api_level_size(const sonde_tick* t, sonde_level l) noexcept {
+  if (t == nullptr || !valid_level(l)) return 0;
   return t->ctx->procs->members[static_cast<std::size_t>(l)].size();
 }
-const sonde_pid_info* api_level_pid(const sonde_tick* ct, sonde_level l, size_t index) {
-  if (!valid_level(l)) return nullptr;
+const sonde_pid_info* api_level_pid(const sonde_tick* ct, sonde_level l, size_t index) noexcept {
+  if (ct == nullptr || !valid_level(l)) return nullptr;
   auto* t = const_cast<sonde_tick*>(ct);  // the per-tick cache is filled lazily
   const auto li = static_cast<std::size_t>(l);
   const auto& members = t->ctx->procs->members[li];
   if (index >= members.size()) return nullptr;
-  if (!t->filled[li]) {
-    auto& out = t->pids[li];
-    out.clear();
-    out.reserve(members.size());
-    for (auto i : members) {
-      const PidSample& p = t->ctx->procs->pids[i];
-      sonde_pid_info info{};
-      info.struct_size = sizeof(sonde_pid_info);
-      info.pid = p.pid;
-      info.ppid = p.ppid;
-      info.uid = p.uid;
-      info.cpu_s = p.cpu_s;
-      info.child_cpu_s = p.child_cpu_s;
-      info.cpu_delta_s = p.cpu_delta_s;
-      info.child_cpu_delta_s = p.child_cpu_delta_s;
-      info.rss_bytes = p.rss_bytes;
-      info.io_valid = p.io_valid ? 1 : 0;
-      info.processor = p.processor;
-      info.read_bytes = p.io.read_bytes;
-      info.write_bytes = p.io.write_bytes;
-      info.syscr = p.io.syscr;
-      info.syscw = p.io.syscw;
-      info.num_threads = p.num_threads;
-      info.comm = p.comm_c_str();
-      out.push_back(info);
+  if (!t->filled[li]) try {
+      auto& out = t->pids[li];
+      out.clear();
+      out.reserve(members.size());
+      for (auto i : members) {
+        const PidSample& p = t->ctx->procs->pids[i];
+        sonde_pid_info info{};
+        info.struct_size = sizeof(sonde_pid_info);
+        info.pid = p.pid;
+        info.ppid = p.ppid;
+        info.uid = p.uid;
+        info.cpu_s = p.cpu_s;
+        info.child_cpu_s = p.child_cpu_s;
+        info.cpu_delta_s = p.cpu_delta_s;
+        info.child_cpu_delta_s = p.child_cpu_delta_s;
+        info.rss_bytes = p.rss_bytes;
+        info.io_valid = p.io_valid ? 1 : 0;
+        info.processor = p.processor;
+        info.read_bytes = p.io.read_bytes;
+        info.write_bytes = p.io.write_bytes;
+        info.syscr = p.io.syscr;
+        info.syscw = p.io.syscw;
+        info.num_threads = p.num_threads;
+        info.comm = p.comm_c_str();
+        out.push_back(info);
+      }
+      t->filled[li] = true;
+    } catch (...) {  // out of memory: the plugin sees no process
+      t->pids[li].clear();
+      return nullptr;
     }
-    t->filled[li] = true;
-  }
   return &t->pids[li][index];
 }
-size_t api_total_pids(const sonde_tick* t) {
-  return t->ctx->procs->total_pids;
+size_t api_total_pids(const sonde_tick* t) noexcept {
+  return t != nullptr ? t->ctx->procs->total_pids : 0;
 }
 
-void api_write_scalar(sonde_out* o, double v) {
+void api_write_scalar(sonde_out* o, double v) noexcept {
+  if (o == nullptr) return;
   o->value = Scalar{v};
   o->written = true;
 }
-void api_write_vector(sonde_out* o, const double* values, size_t count) {
-  o->value = PerDevice{std::vector<double>(values, values + count), std::nullopt};
-  o->written = true;
+// A write the host cannot keep (a NULL array with a count, no memory) is an error of the tick.
+void refuse(sonde_out* o, const char* why) noexcept {
+  try {
+    o->error = why;
+  } catch (...) {
+  }
 }
-void api_write_vectors(sonde_out* o, const double* const* vectors, size_t metrics, size_t count) {
-  MultiPerDevice m;
-  for (size_t i = 0; i < metrics; ++i) m.metrics.emplace_back(vectors[i], vectors[i] + count);
-  o->value = std::move(m);
-  o->written = true;
+void api_write_vector(sonde_out* o, const double* values, size_t count) noexcept {
+  if (o == nullptr) return;
+  if (values == nullptr && count > 0) return refuse(o, "write_vector: NULL values");
+  try {
+    o->value = PerDevice{std::vector<double>(values, values + count), std::nullopt};
+    o->written = true;
+  } catch (...) {
+    refuse(o, "write_vector: out of memory");
+  }
 }
-void api_write_counters(sonde_out* o, const double* values, size_t count) {
-  o->value = Counters{std::vector<double>(values, values + count)};
-  o->written = true;
+void api_write_vectors(sonde_out* o, const double* const* vectors, size_t metrics,
+                       size_t count) noexcept {
+  if (o == nullptr) return;
+  if (vectors == nullptr && metrics > 0) return refuse(o, "write_vectors: NULL vectors");
+  for (size_t i = 0; i < metrics; ++i)
+    if (vectors[i] == nullptr && count > 0) return refuse(o, "write_vectors: a NULL vector");
+  try {
+    MultiPerDevice m;
+    for (size_t i = 0; i < metrics; ++i) m.metrics.emplace_back(vectors[i], vectors[i] + count);
+    o->value = std::move(m);
+    o->written = true;
+  } catch (...) {
+    refuse(o, "write_vectors: out of memory");
+  }
 }
-void api_write_none(sonde_out* o) {
+void api_write_counters(sonde_out* o, const double* values, size_t count) noexcept {
+  if (o == nullptr) return;
+  if (values == nullptr && count > 0) return refuse(o, "write_counters: NULL values");
+  try {
+    o->value = Counters{std::vector<double>(values, values + count)};
+    o->written = true;
+  } catch (...) {
+    refuse(o, "write_counters: out of memory");
+  }
+}
+void api_write_none(sonde_out* o) noexcept {
+  if (o == nullptr) return;
   o->value = NoValue{};
   o->written = true;
 }
-void api_set_error(sonde_out* o, const char* message) {
-  o->error = message ? message : "error";
+void api_set_error(sonde_out* o, const char* message) noexcept {
+  if (o == nullptr) return;
+  refuse(o, message ? message : "error");
 }
 
 const sonde_host_api kHostApi = {sizeof(sonde_host_api),

@@ -5,13 +5,19 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "core/threads.hpp"
 #include "plugins/plugins.hpp"
 
 struct sonde_status {
@@ -331,8 +337,10 @@ StatusHooks::StatusHooks(std::vector<StatusPluginRef> plugins, StatusSettings se
 }
 
 StatusHooks::~StatusHooks() {
+  // A plugin whose hook did not return is never destroyed: its thread may still be inside it.
   for (auto& in : instances_)
-    if (in.self != nullptr && in.ref.table->destroy != nullptr) in.ref.table->destroy(in.self);
+    if (in.self != nullptr && !in.hung && in.ref.table->destroy != nullptr)
+      in.ref.table->destroy(in.self);
 }
 
 StatusSettings& StatusHooks::settings() {
@@ -345,99 +353,218 @@ std::vector<std::string> StatusHooks::names() const {
   return out;
 }
 
+/// Everything one hook call may touch, so that a call that overruns its deadline keeps writing
+/// into its own copy (kept alive by its thread) and never into the command's data.
+struct StatusHooks::HookArgs {
+  sonde_status status;  ///< the plugin's view of the command; data points to `data`
+  StatusData data;      ///< node_fields only (what set_string/set_number write)
+  GpuRow gpu;
+  ProcessRow process;
+  sonde_status_text text;
+  sonde_status_gpu g;
+  sonde_status_process p;
+  int rc = 0;  ///< configure()'s answer
+  std::string error;
+
+  explicit HookArgs(const sonde_status& s) : status(s) { link(); }
+  HookArgs(const HookArgs& o)
+      : status(o.status),
+        data(o.data),
+        gpu(o.gpu),
+        process(o.process),
+        text(o.text),
+        rc(o.rc),
+        error(o.error) {
+    link();
+  }
+  HookArgs& operator=(HookArgs&& o) noexcept {
+    status = std::move(o.status);
+    data = std::move(o.data);
+    gpu = std::move(o.gpu);
+    process = std::move(o.process);
+    text = std::move(o.text);
+    rc = o.rc;
+    error = std::move(o.error);
+    link();
+    return *this;
+  }
+  void link() {
+    status.data = &data;
+    g.row = &gpu;
+    p.gpu = &gpu;
+    p.row = &process;
+  }
+};
+
+namespace {
+
+/// Runs `work` on a thread of its own and waits up to `timeout_s` for it. True when it returned;
+/// false when it is still running (its thread is then left to finish on its own: `work` must own
+/// everything it touches).
+bool run_with_deadline(std::function<void()> work, double timeout_s) {
+  struct Done {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto d = std::make_shared<Done>();
+  std::thread t = start_thread([d, w = std::move(work)] {
+    try {
+      w();
+    } catch (...) {  // from sonde's side of the ABI (allocation); the plugin's C frames are done
+    }
+    std::lock_guard lock(d->m);
+    d->done = true;
+    d->cv.notify_all();
+  });
+  std::unique_lock lock(d->m);
+  const bool done =
+      d->cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return d->done; });
+  lock.unlock();
+  if (done)
+    t.join();
+  else
+    t.detach();
+  return done;
+}
+
+}  // namespace
+
 template <class F>
-void StatusHooks::each(F&& f) {
+void StatusHooks::each(const char* hook, HookArgs& args, F&& f, Instance* only) {
   for (auto& in : instances_) {
-    status_->plugin = in.ref.name;
-    f(*in.ref.table, in.self);
+    if (in.hung || (only != nullptr && &in != only)) continue;
+    args.status.plugin = in.ref.name;
+    if (in.ref.source == "builtin") {  // sonde's own code: no thread, no deadline
+      f(*in.ref.table, in.self, args);
+      continue;
+    }
+    // A plugin from a plugin directory: its own thread and a deadline, on a copy of the arguments.
+    auto box = std::make_shared<HookArgs>(args);
+    const sonde_status_v1* table = in.ref.table;
+    void* self = in.self;
+    const double timeout = status_->settings.hook_timeout_s;
+    if (run_with_deadline([box, table, self, f] { f(*table, self, *box); }, timeout)) {
+      args = std::move(*box);
+      continue;
+    }
+    in.hung = true;
+    std::cerr << fmt::format(
+        "sonde: warning: status plugin '{}' ({}): its {} hook did not return within {} s; the "
+        "plugin is left out from now on\n",
+        in.ref.name, in.ref.source, hook, timeout);
   }
 }
 
 void StatusHooks::add_options(CLI::App& app) {
   status_->app = &app;
-  each([&](const sonde_status_v1& t, void* self) {
-    if (t.add_options) t.add_options(self, status_.get());
-  });
+  for (auto& in : instances_) {
+    status_->plugin = in.ref.name;
+    if (in.ref.table->add_options) in.ref.table->add_options(in.self, status_.get());
+  }
   status_->app = nullptr;
 }
 
 Result<void> StatusHooks::configure() {
   for (auto& in : instances_) {
-    status_->plugin = in.ref.name;
     if (in.ref.table->configure == nullptr) continue;
-    char err[512] = {0};
-    if (in.ref.table->configure(in.self, status_.get(), err, sizeof err) != 0)
-      return make_error(Errc::config, fmt::format("status plugin '{}': {}", in.ref.name,
-                                                  err[0] ? err : "configure() failed"));
+    HookArgs args(*status_);
+    each(
+        "configure", args,
+        [](const sonde_status_v1& t, void* self, HookArgs& a) {
+          char err[512] = {0};
+          a.rc = t.configure(self, &a.status, err, sizeof err);
+          a.error = err;
+        },
+        &in);
+    if (!in.hung && args.rc != 0)
+      return make_error(Errc::config,
+                        fmt::format("status plugin '{}': {}", in.ref.name,
+                                    args.error.empty() ? "configure() failed" : args.error));
   }
   return {};
 }
 
 void StatusHooks::before_query(StatusData& data) {
-  status_->data = &data;
-  each([&](const sonde_status_v1& t, void* self) {
-    if (t.before_query) t.before_query(self, status_.get());
+  HookArgs args(*status_);
+  args.data.node_fields = data.node_fields;
+  each("before_query", args, [](const sonde_status_v1& t, void* self, HookArgs& a) {
+    if (t.before_query) t.before_query(self, &a.status);
   });
+  data.node_fields = std::move(args.data.node_fields);
 }
 
 void StatusHooks::query_device(StatusData& data, GpuRow& gpu) {
-  status_->data = &data;
-  sonde_status_gpu g{&gpu};
-  each([&](const sonde_status_v1& t, void* self) {
-    if (t.query_device) t.query_device(self, status_.get(), &g);
+  HookArgs args(*status_);
+  args.data.node_fields = data.node_fields;
+  args.gpu = gpu;
+  each("query_device", args, [](const sonde_status_v1& t, void* self, HookArgs& a) {
+    if (t.query_device) t.query_device(self, &a.status, &a.g);
   });
+  data.node_fields = std::move(args.data.node_fields);
+  gpu.fields = std::move(args.gpu.fields);
 }
 
 void StatusHooks::get_process_info(StatusData& data, GpuRow& gpu, ProcessRow& process) {
-  status_->data = &data;
-  sonde_status_gpu g{&gpu};
-  sonde_status_process p{&gpu, &process};
-  each([&](const sonde_status_v1& t, void* self) {
-    if (t.get_process_info) t.get_process_info(self, status_.get(), &g, &p);
+  HookArgs args(*status_);
+  args.data.node_fields = data.node_fields;
+  args.gpu.device = gpu.device;
+  args.gpu.fields = gpu.fields;
+  args.process = process;
+  each("get_process_info", args, [](const sonde_status_v1& t, void* self, HookArgs& a) {
+    if (t.get_process_info) t.get_process_info(self, &a.status, &a.g, &a.p);
   });
+  data.node_fields = std::move(args.data.node_fields);
+  gpu.fields = std::move(args.gpu.fields);
+  process = std::move(args.process);
 }
 
 void StatusHooks::after_query(StatusData& data) {
-  status_->data = &data;
-  each([&](const sonde_status_v1& t, void* self) {
-    if (t.after_query) t.after_query(self, status_.get());
+  HookArgs args(*status_);
+  args.data.node_fields = data.node_fields;
+  each("after_query", args, [](const sonde_status_v1& t, void* self, HookArgs& a) {
+    if (t.after_query) t.after_query(self, &a.status);
   });
+  data.node_fields = std::move(args.data.node_fields);
 }
 
 std::string StatusHooks::repr_gpu(const GpuRow& gpu, std::string line) {
-  sonde_status_gpu g{const_cast<GpuRow*>(&gpu)};
-  sonde_status_text text{std::move(line)};
-  each([&](const sonde_status_v1& t, void* self) {
-    if (t.repr_gpu) t.repr_gpu(self, status_.get(), &g, &text);
+  HookArgs args(*status_);
+  args.gpu = gpu;
+  args.text.text = std::move(line);
+  each("repr_gpu", args, [](const sonde_status_v1& t, void* self, HookArgs& a) {
+    if (t.repr_gpu) t.repr_gpu(self, &a.status, &a.g, &a.text);
   });
-  return std::move(text.text);
+  return std::move(args.text.text);
 }
 
 std::string StatusHooks::repr_process(const GpuRow& gpu, const ProcessRow& process,
                                       std::string line) {
-  sonde_status_gpu g{const_cast<GpuRow*>(&gpu)};
-  sonde_status_process p{const_cast<GpuRow*>(&gpu), const_cast<ProcessRow*>(&process)};
-  sonde_status_text text{std::move(line)};
-  each([&](const sonde_status_v1& t, void* self) {
-    if (t.repr_process) t.repr_process(self, status_.get(), &g, &p, &text);
+  HookArgs args(*status_);
+  args.gpu.device = gpu.device;
+  args.gpu.fields = gpu.fields;
+  args.process = process;
+  args.text.text = std::move(line);
+  each("repr_process", args, [](const sonde_status_v1& t, void* self, HookArgs& a) {
+    if (t.repr_process) t.repr_process(self, &a.status, &a.g, &a.p, &a.text);
   });
-  return std::move(text.text);
+  return std::move(args.text.text);
 }
 
 std::string StatusHooks::print_header() {
-  sonde_status_text text;
-  each([&](const sonde_status_v1& t, void* self) {
-    if (t.print_header) t.print_header(self, status_.get(), &text);
+  HookArgs args(*status_);
+  each("print_header", args, [](const sonde_status_v1& t, void* self, HookArgs& a) {
+    if (t.print_header) t.print_header(self, &a.status, &a.text);
   });
-  return std::move(text.text);
+  return std::move(args.text.text);
 }
 
 std::string StatusHooks::print_footer() {
-  sonde_status_text text;
-  each([&](const sonde_status_v1& t, void* self) {
-    if (t.print_footer) t.print_footer(self, status_.get(), &text);
+  HookArgs args(*status_);
+  each("print_footer", args, [](const sonde_status_v1& t, void* self, HookArgs& a) {
+    if (t.print_footer) t.print_footer(self, &a.status, &a.text);
   });
-  return std::move(text.text);
+  return std::move(args.text.text);
 }
 
 }  // namespace sonde::status

@@ -55,6 +55,9 @@ struct StatusSettings {
   double watch_interval_s = 0;
   double cpu_interval_s = 0.1;
   std::string proc_root = "/proc";
+  /// How long one hook of a plugin from a plugin directory may take before the plugin is left
+  /// out for the rest of the command ($SONDE_STATUS_HOOK_TIMEOUT). Built-in plugins have none.
+  double hook_timeout_s = 2.0;
 };
 
 /// The plugins of one command, created and ordered (priority, then name).
@@ -87,9 +90,14 @@ class StatusHooks {
   struct Instance {
     StatusPluginRef ref;
     void* self = nullptr;
+    bool hung = false;  ///< a hook overran its deadline: never called or destroyed again
   };
+  struct HookArgs;
+  /// Calls `f(table, self, args)` for each plugin in hook order; a plugin from a plugin directory
+  /// on a thread of its own, under the deadline, on a copy of `args` taken back when it returns.
+  /// `only`: that plugin alone.
   template <class F>
-  void each(F&& f);
+  void each(const char* hook, HookArgs& args, F&& f, Instance* only = nullptr);
   std::unique_ptr<sonde_status> status_;
   std::vector<Instance> instances_;
 };

@@ -401,6 +401,14 @@ TEST(Multinode, RefusedWithExitTwoAndNothingStarted) {
         std::string::npos)
         << r.err;
   }
+  {  // squeue that does not answer (slurmctld down): refused at its deadline, not hung.
+    const RunResult r = run_command(
+        {sonde_binary(), "record", "--slurm-job", "123", "--out", (dir / "h").string()},
+        in_allocation(job_id(), 1,
+                      {{"FAKE_SQUEUE_HANG", "1"}, {"SONDE_SLURM_COMMAND_TIMEOUT", "0.5"}}));
+    EXPECT_EQ(r.status, 1) << r.describe();
+    EXPECT_NE(r.err.find("squeue did not answer within 0.5 s"), std::string::npos) << r.err;
+  }
   {  // A job that is not running.
     const RunResult r =
         run_command({sonde_binary(), "record", "--slurm-job", "123", "--out", (dir / "e").string()},
@@ -422,7 +430,7 @@ TEST(Multinode, RefusedWithExitTwoAndNothingStarted) {
     EXPECT_NE(r.err.find("not yours"), std::string::npos) << r.err;
   }
   EXPECT_FALSE(fs::exists(dir / "ran")) << "a refused run started its command";
-  for (const char* d : {"a", "b", "c", "d", "e", "f", "g"})
+  for (const char* d : {"a", "b", "c", "d", "e", "f", "g", "h"})
     EXPECT_FALSE(fs::exists(dir / d)) << "a refused run created its directory " << d;
 }
 

@@ -112,6 +112,21 @@ INSTANTIATE_TEST_SUITE_P(
                       Misbehaviour{"crash", "    isolate: true\n", false, ""}),
     [](const auto& p) { return std::string(p.param.name); });
 
+// A plugin that calls the host with NULL keys, handles and outputs: each call is refused and the
+// run goes on with the plugin's values (on the main before issue 22, the first such call crashed
+// sonde or threw through the plugin's frames).
+TEST(NativePlugins, HostCallsWithNullArgumentsAreRefused) {
+  const auto dir = scratch_dir("native-bad-args");
+  const auto r = run_with(write_config(dir, "plugin:" + plugin("bad_args")), dir / "out", 2.0);
+  ASSERT_EQ(r.result.status, 0) << r.result.describe();
+  const auto v = r.process.numbers("test_value");
+  ASSERT_GE(v.size(), 5u);
+  for (double x : v) EXPECT_EQ(x, 42);
+  EXPECT_NE(r.result.err.find("bad arguments survived"), std::string::npos) << r.result.err;
+  EXPECT_EQ(r.result.err.find("disabled"), std::string::npos) << r.result.err;
+  expect_builtins_intact(r);
+}
+
 TEST(NativePlugins, AbiMismatchIsRefusedNamingFileAndVersions) {
   const auto dir = scratch_dir("native-abi");
   const auto r = run_with(write_config(dir, "plugin:" + plugin("abi_mismatch")), dir / "out");

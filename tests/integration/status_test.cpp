@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "support/run_helpers.hpp"
@@ -566,6 +567,42 @@ TEST(StatusPlugins, OptionAndFieldsThroughTheHooks) {
   const auto help = sonde({"status", "--help"}, o);
   EXPECT_EQ(help.status, 0);
   EXPECT_NE(help.out.find("--team"), std::string::npos) << help.out;
+}
+
+// A plugin stuck in a hook (a driver call that never returns) costs its deadline once, then is
+// left out with a warning naming it and the hook; the query, the other plugin and the output go
+// on. Before the deadline existed, `sonde status` hung forever here.
+TEST(StatusPlugins, HungHookIsLeftOutAfterItsDeadline) {
+  const auto dir = scratch_dir();
+  for (const char* hook : {"configure", "query_device", "get_process_info", "print_footer"}) {
+    SCOPED_TRACE(hook);
+    auto o = with_status_plugins(dir, env_for(dir, SONDE_FAKE_NVML, scenario("nvidia_three_gpus")));
+    o.env.emplace_back("SONDE_TEST_STATUS_HANG", std::string("late:") + hook);
+    o.env.emplace_back("SONDE_STATUS_HOOK_TIMEOUT", "0.3");
+    o.timeout_s = 20;
+    const bool json_out = std::string(hook) != "print_footer";
+    std::vector<std::string> args{"status", "--team", "ml", "--cpu-interval", "0"};
+    if (json_out) args.insert(args.begin() + 1, "--json");
+    const auto r = sonde(args, o);
+    ASSERT_FALSE(r.timed_out) << r.describe();
+    ASSERT_EQ(r.status, 0) << r.describe();
+    EXPECT_NE(r.err.find(fmt::format("status plugin 'late' ({}/libtest_status_late.so): its {} "
+                                     "hook did not return within 0.3 s",
+                                     SONDE_TEST_STATUS_PLUGIN_DIR, hook)),
+              std::string::npos)
+        << r.err;
+    if (json_out) {
+      const json d = parse_json(r);
+      EXPECT_EQ(d["gpus"][0]["seen_by_early"], 3);  // the other plugin still runs
+      // Left out from the hang on: GPU 0's query_device ran before its processes' hook hung.
+      const json& after = std::string(hook) == "get_process_info" ? d["gpus"].back() : d["gpus"][0];
+      EXPECT_TRUE(after.contains("seen_by_early")) << d.dump(1);
+      EXPECT_FALSE(after.contains("seen_by_late")) << d.dump(1);
+    } else {
+      EXPECT_NE(r.out.find("[early] footer"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("[late] header"), std::string::npos) << r.out;
+    }
+  }
 }
 
 TEST(StatusPlugins, HooksRunInOrderAndByPriority) {

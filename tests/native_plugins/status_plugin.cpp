@@ -6,11 +6,14 @@
 // - " NAME" at the end of each gpustat process entry (repr_process),
 // and appends "NAME HOOK" to the file named by $SONDE_TEST_STATUS_TRACE at every hook, so the
 // tests can check the order of the hooks and of the plugins. configure() refuses the value "bad".
+// $SONDE_TEST_STATUS_HANG (below) makes one hook hang.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sonde/sdk.hpp>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #ifndef STATUS_NAME
 #error STATUS_NAME
@@ -18,7 +21,16 @@
 
 namespace {
 
+// $SONDE_TEST_STATUS_HANG = "NAME:HOOK": that hook of that plugin never returns (a plugin stuck
+// in a driver call), for the hook deadline's tests.
+void maybe_hang(const char* hook) {
+  const char* h = std::getenv("SONDE_TEST_STATUS_HANG");
+  if (h == nullptr || std::string(h) != std::string(STATUS_NAME) + ":" + hook) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 void trace(const char* hook) {
+  maybe_hang(hook);
   const char* path = std::getenv("SONDE_TEST_STATUS_TRACE");
   if (path == nullptr || *path == '\0') return;
   if (FILE* f = std::fopen(path, "a")) {

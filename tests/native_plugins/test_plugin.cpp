@@ -16,6 +16,7 @@
 #define NAN_VALUE 5
 #define ABI_MISMATCH 6
 #define SLOW 7
+#define BAD_ARGS 8
 
 namespace {
 using sonde::sdk::Level;
@@ -24,7 +25,7 @@ using sonde::sdk::Value;
 
 class TestCollector : public sonde::sdk::Collector {
  public:
-  explicit TestCollector(const sonde::sdk::Host& host) : Collector(host) {
+  explicit TestCollector(const sonde::sdk::Host& host) : Collector(host), host_(host) {
     if (host.string("fail_setup")) throw std::runtime_error("asked to fail in setup");
   }
   Value collect(Level, const Tick& tick) override {
@@ -42,10 +43,35 @@ class TestCollector : public sonde::sdk::Collector {
     if (misbehave) return sonde::sdk::Scalar{std::nan("")};
 #elif TEST_PLUGIN_BEHAVIOUR == SLOW
     if (misbehave) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+#elif TEST_PLUGIN_BEHAVIOUR == BAD_ARGS
+    // A broken plugin's calls into the host: NULL keys, handles and outputs. Each is refused
+    // (0, -1, NULL or nothing done), none throws into these frames or crashes the run.
+    if (misbehave) {
+      const sonde_host_api* api = host_.api();
+      (void)host_.string(nullptr);
+      (void)host_.injected(nullptr);
+      (void)api->kwarg_list_item(nullptr, nullptr, 0);
+      (void)api->injected(nullptr, nullptr);
+      (void)api->node_info(nullptr);
+      (void)api->target_pid(nullptr);
+      api->log(nullptr, 1, nullptr);
+      (void)api->tick_index(nullptr);
+      (void)api->level_size(nullptr, SONDE_LEVEL_SYSTEM);
+      (void)api->level_pid(nullptr, SONDE_LEVEL_PROCESS, 0);
+      (void)api->total_pids(nullptr);
+      api->write_scalar(nullptr, 1);
+      api->write_vector(nullptr, nullptr, 3);
+      api->write_counters(nullptr, nullptr, 3);
+      api->set_error(nullptr, nullptr);
+      host_.warn("bad arguments survived");
+    }
 #endif
     (void)misbehave;
     return sonde::sdk::Scalar{42};
   }
+
+ private:
+  sonde::sdk::Host host_;
 };
 }  // namespace
 
