@@ -60,6 +60,8 @@ std::unique_ptr<promq::Api> make_api(const PrometheusOptions& o, int& status) {
   http::ClientOptions co;
   co.ca_file = o.ca_file;
   co.timeout_s = o.timeout_s;
+  co.command_timeout_s = o.command_timeout_s;
+  co.max_body_bytes = static_cast<std::uint64_t>(o.max_body_mib * 1024 * 1024);
   std::string warning;
   if (!o.user.empty()) {
     co.user = o.user;
@@ -149,7 +151,15 @@ void add_prometheus_options(CLI::App* app, PrometheusOptions& o, bool required) 
   app->add_option("--prometheus-token-file", o.token_file,
                   "file holding a bearer token (else $SONDE_PROMETHEUS_TOKEN)");
   app->add_option("--prometheus-ca", o.ca_file, "PEM file of the CA of Prometheus' certificate");
-  app->add_option("--prometheus-timeout", o.timeout_s, "seconds per request (default 60)");
+  app->add_option("--prometheus-timeout", o.timeout_s,
+                  "seconds one request may take, whole (default 60)")
+      ->check(CLI::Range(0.001, 86400.0));
+  app->add_option("--prometheus-command-timeout", o.command_timeout_s,
+                  "seconds all requests of the command may take together (default 600)")
+      ->check(CLI::Range(0.001, 604800.0));
+  app->add_option("--prometheus-max-mib", o.max_body_mib,
+                  "largest answer accepted, in MiB after decompression (default 256)")
+      ->check(CLI::Range(0.001, 65536.0));
   app->add_option("--from", o.from,
                   "start (epoch seconds, now-N[smhd], YYYY-MM-DDTHH:MM:SS UTC); default: the "
                   "job's first sample");

@@ -121,14 +121,16 @@ int write_run_report(const std::string& run_spec, const std::string& output,
 
 /// `sonde report --prometheus` and `sonde jobstats` (src/cli/cmd_prometheus.cpp).
 struct PrometheusOptions {
-  std::string url;            ///< --prometheus
-  std::string user;           ///< --prometheus-user
-  std::string password_file;  ///< --prometheus-password-file (else $SONDE_PROMETHEUS_PASSWORD)
-  std::string token_file;     ///< --prometheus-token-file (else $SONDE_PROMETHEUS_TOKEN)
-  std::string ca_file;        ///< --prometheus-ca
-  double timeout_s = 60;      ///< --prometheus-timeout
-  std::string job;            ///< --job / jobstats' ID
-  std::string from, to;       ///< --from, --to as given
+  std::string url;                 ///< --prometheus
+  std::string user;                ///< --prometheus-user
+  std::string password_file;       ///< --prometheus-password-file (else $SONDE_PROMETHEUS_PASSWORD)
+  std::string token_file;          ///< --prometheus-token-file (else $SONDE_PROMETHEUS_TOKEN)
+  std::string ca_file;             ///< --prometheus-ca
+  double timeout_s = 60;           ///< --prometheus-timeout (each request, whole)
+  double command_timeout_s = 600;  ///< --prometheus-command-timeout (all requests together)
+  double max_body_mib = 256;       ///< --prometheus-max-mib (one answer, decompressed)
+  std::string job;                 ///< --job / jobstats' ID
+  std::string from, to;            ///< --from, --to as given
   std::optional<double> lookback_s;
   bool costs = false;  ///< --costs: requests, bytes, time on stderr
 };

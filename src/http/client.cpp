@@ -4,14 +4,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include "core/clock.hpp"
 #include "core/fs.hpp"
+#include "core/threads.hpp"
 
 namespace sonde::http {
 
@@ -76,11 +81,19 @@ Result<std::unique_ptr<Client>> Client::create(const std::string& base_url,
                       fmt::format("--prometheus-ca: only with an https URL, not {}", base_url));
   if (!(options.timeout_s > 0))
     return make_error(Errc::config, "--prometheus-timeout: expected a positive number of seconds");
+  if (!(options.command_timeout_s > 0))
+    return make_error(Errc::config,
+                      "--prometheus-command-timeout: expected a positive number of seconds");
+  if (options.max_body_bytes == 0)
+    return make_error(Errc::config, "--prometheus-max-mib: expected a positive size");
 
   std::unique_ptr<Client> c(new Client());
   c->base_ = scheme + "://" + host_port;
   c->prefix_ = prefix;
   c->timeout_s_ = options.timeout_s;
+  c->command_timeout_s_ = options.command_timeout_s;
+  c->command_deadline_ = monotonic_now() + options.command_timeout_s;
+  c->max_body_ = options.max_body_bytes;
   c->impl_ = std::make_unique<Impl>();
   c->impl_->cli = std::make_unique<httplib::Client>(c->base_);
   if (!c->impl_->cli->is_valid())
@@ -109,13 +122,98 @@ Result<std::unique_ptr<Client>> Client::create(const std::string& base_url,
   return c;
 }
 
+namespace {
+
+/// Stops `cli`'s request in flight (shutting its socket down, cpp-httplib's thread-safe stop())
+/// once `deadline` passes, unless disarmed first: a request's deadline covers its whole life,
+/// where cpp-httplib's own timeouts are per read and a server that drips a byte a second would
+/// hold the command forever.
+class Deadline {
+ public:
+  Deadline(httplib::Client& cli, double deadline) {
+    thread_ = start_thread([this, &cli, deadline] {
+      std::unique_lock lock(m_);
+      const auto until = std::chrono::steady_clock::now() +
+                         std::chrono::duration<double>(std::max(0.0, deadline - monotonic_now()));
+      if (!cv_.wait_until(lock, until, [&] { return done_; })) {
+        fired_ = true;
+        cli.stop();
+      }
+    });
+  }
+  ~Deadline() {
+    {
+      std::lock_guard lock(m_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+  bool fired() {
+    std::lock_guard lock(m_);
+    return fired_;
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false, fired_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
 Result<ClientResponse> Client::post_form(
     const std::string& path, const std::vector<std::pair<std::string, std::string>>& fields) {
-  const std::string body = form_encode(fields);
+  const double now = monotonic_now();
+  if (now >= command_deadline_)
+    return make_error(Errc::io, fmt::format("{}: not sent: the command's requests took {} s "
+                                            "(--prometheus-command-timeout)",
+                                            url(path), command_timeout_s_));
+  const bool command_bound = command_deadline_ < now + timeout_s_;
+  const double deadline = std::min(now + timeout_s_, command_deadline_);
   ++requests_;
-  // gzip: a range query's JSON shrinks about tenfold on the wire (cpp-httplib inflates it).
-  httplib::Headers headers = {{"Accept", "application/json"}, {"Accept-Encoding", "gzip"}};
-  auto res = impl_->cli->Post(prefix_ + path, headers, body, "application/x-www-form-urlencoded");
+  httplib::Request req;
+  req.method = "POST";
+  req.path = prefix_ + path;
+  // gzip: a range query's JSON shrinks about tenfold on the wire (cpp-httplib inflates it, and
+  // the receiver below counts what it inflated).
+  req.headers = {{"Accept", "application/json"}, {"Accept-Encoding", "gzip"}};
+  req.body = form_encode(fields);
+  req.set_header("Content-Type", "application/x-www-form-urlencoded");
+  std::string body;
+  bool too_big = false;
+  req.content_receiver = [&](const char* data, std::size_t len, std::uint64_t,
+                             std::uint64_t) -> bool {
+    if (body.size() + len > max_body_) {
+      too_big = true;
+      return false;
+    }
+    body.append(data, len);
+    return true;
+  };
+  httplib::Result res{nullptr, httplib::Error::Unknown};
+  bool late = false;
+  {
+    Deadline guard(*impl_->cli, deadline);
+    res = impl_->cli->send(req);
+    late = guard.fired();
+  }
+  if (too_big)
+    return make_error(Errc::io, fmt::format("{}: the answer is larger than {} MiB after "
+                                            "decompression (--prometheus-max-mib); nothing of it "
+                                            "was used",
+                                            url(path), static_cast<double>(max_body_) / 1048576));
+  if (late)
+    return make_error(
+        Errc::io,
+        command_bound
+            ? fmt::format("{}: the command's requests took {} s (--prometheus-command-timeout)",
+                          url(path), command_timeout_s_)
+            : fmt::format("{}: no complete answer within {} s (--prometheus-timeout)", url(path),
+                          timeout_s_));
   if (!res) {
     std::string why;
     switch (res.error()) {
@@ -140,7 +238,7 @@ Result<ClientResponse> Client::post_form(
   }
   ClientResponse r;
   r.status = res->status;
-  r.body = std::move(res->body);
+  r.body = std::move(body);
   r.content_type = res->get_header_value("Content-Type");
   bytes_ += r.body.size();
   return r;

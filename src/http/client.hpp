@@ -1,7 +1,9 @@
 #pragma once
 // An HTTP(S) client for the report commands' requests to Prometheus (cpp-httplib, with OpenSSL):
 // one base URL (scheme, host, port and an optional path prefix, e.g. a proxy's /prometheus),
-// basic auth or a bearer token, a private CA, a deadline per request. Errors name the URL.
+// basic auth or a bearer token, a private CA. Everything the server sends is bounded: a deadline
+// per request (its whole life, not per read: a server that drips one byte a second is cut off)
+// and per command, and a cap on the body after decompression. Errors name the URL.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,7 +19,11 @@ struct ClientOptions {
   std::string password;   ///< never from the command line: a file or the environment
   std::string token;      ///< bearer token (exclusive with user)
   std::string ca_file;    ///< PEM file of the CA that signed the server's certificate (https)
-  double timeout_s = 60;  ///< connect, read and write timeout of one request
+  double timeout_s = 60;  ///< the deadline of one request, from its start to its last byte
+  /// The deadline of all requests of this client together (a command's), from create().
+  double command_timeout_s = 600;
+  /// The largest body accepted, after decompression (a gzip bomb stops here, not in memory).
+  std::uint64_t max_body_bytes = std::uint64_t{256} << 20;
 };
 
 struct ClientResponse {
@@ -58,6 +64,9 @@ class Client {
   std::string prefix_;  ///< path prefix, without a trailing '/'
   std::uint64_t bytes_ = 0, requests_ = 0;
   double timeout_s_ = 60;
+  double command_deadline_ = 0;  ///< monotonic seconds
+  double command_timeout_s_ = 600;
+  std::uint64_t max_body_ = 0;
 };
 
 /// Reads a secret from `file`: its first line, without the newline (at most 64 KiB). `warning`

@@ -11,31 +11,45 @@
 namespace sonde::promq {
 namespace {
 
-/// The start of `s`, at most `n` characters, for messages.
+/// The start of `s`, at most `n` bytes, for messages: what the server sent reaches a terminal
+/// only with its control bytes (escape sequences, forged newlines) written as \xNN.
 std::string clip(const std::string& s, std::size_t n = 200) {
-  if (s.size() <= n) return s;
-  return s.substr(0, n) + "…";
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < n; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out += static_cast<char>(c);
+  }
+  if (s.size() > n) out += "…";
+  return out;
+}
+
+/// A string member of `j`, or `fallback` when it is missing or not a string (a server's answer
+/// decides the types: `"errorType": 5` must not throw).
+std::string string_member(const nlohmann::json& j, const char* key, const char* fallback) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
 }
 
 Result<nlohmann::json> parse_envelope(const std::string& body, const std::string& context) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error&) {
-    std::string start = body.substr(0, 120);
-    for (char& c : start)
-      if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  } catch (const nlohmann::json::exception&) {
     return make_error(Errc::parse, fmt::format("{}: expected Prometheus' JSON answer, got `{}`",
-                                               context, clip(start, 120)));
+                                               context, clip(body, 120)));
   }
   if (!j.is_object() || !j.contains("status") || !j["status"].is_string())
     return make_error(
         Errc::parse,
         fmt::format("{}: expected a JSON object with `status` (not Prometheus' API)", context));
   if (j["status"] != "success") {
-    const std::string type = j.value("errorType", std::string("error"));
-    const std::string text = j.value("error", std::string("(no error text)"));
-    return make_error(Errc::failed, fmt::format("{}: Prometheus says {}: {}", context, type, text));
+    const std::string type = string_member(j, "errorType", "error");
+    const std::string text = string_member(j, "error", "(no error text)");
+    return make_error(Errc::failed, fmt::format("{}: Prometheus says {}: {}", context,
+                                                clip(type, 40), clip(text, 300)));
   }
   if (!j.contains("data"))
     return make_error(Errc::parse, fmt::format("{}: no `data` in Prometheus' answer", context));

@@ -22,6 +22,9 @@ namespace sonde {
 namespace {
 using csv::printable;
 
+/// Nesting allowed in a stored manifest (sonde's nest 4 deep; a million deep cost 4 GB).
+constexpr std::size_t kMaxJsonDepth = 64;
+
 /// A run file `name` inside the run directory `dirfd` (shown as `shown`), bounded.
 Result<std::string> read_run_file(int dirfd, const std::string& name, const std::string& shown,
                                   std::uint64_t max_bytes) {
@@ -243,6 +246,10 @@ Result<RunData> read_run_dir(const std::string& dir) {
   }
   RunData run;
   run.source = dir;
+  if (!json_nesting_within(*text, kMaxJsonDepth))
+    return make_error(Errc::parse, fmt::format("{}: JSON nested deeper than {} levels (a sonde "
+                                               "manifest nests 4)",
+                                               manifest_path, kMaxJsonDepth));
   try {
     run.manifest = nlohmann::json::parse(*text);
   } catch (const nlohmann::json::parse_error& e) {

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/clock.hpp"
 #include "core/fs.hpp"
 #include "sinks/sqlite_values.hpp"
 
@@ -121,6 +122,21 @@ double sqlite_busy_timeout_s() {
   return 5.0;
 }
 
+/// How long reading another user's database may take, all statements together:
+/// $SONDE_SQLITE_READ_TIMEOUT seconds, 60 by default.
+double sqlite_read_timeout_s() {
+  if (const char* t = std::getenv("SONDE_SQLITE_READ_TIMEOUT"); t && *t) {
+    char* end = nullptr;
+    const double v = std::strtod(t, &end);
+    if (end && *end == '\0' && v > 0) return v;
+  }
+  return 60.0;
+}
+
+/// The longest value (string or blob) sonde reads from a database: a manifest is at most 16 MiB,
+/// a row of values at most 1 MiB; a larger one is SQLITE_TOOBIG before it is in memory.
+constexpr int kMaxReadValueBytes = 64 << 20;
+
 SqliteStmt& SqliteStmt::operator=(SqliteStmt&& o) noexcept {
   if (this != &o) {
     sqlite3_finalize(s_);
@@ -134,12 +150,50 @@ SqliteDb::~SqliteDb() {
   if (db_) sqlite3_close_v2(db_);
 }
 
+Result<void> SqliteDb::check_read_schema() const {
+  for (const char* table : {"runs", "columns", "samples"}) {
+    sqlite3_stmt* raw = nullptr;
+    const char* sql =
+        "SELECT type, coalesce(sql, ''), "
+        "(SELECT count(*) FROM pragma_table_xinfo(?1) WHERE hidden != 0) "
+        "FROM sqlite_schema WHERE name = ?1";
+    if (sqlite3_prepare_v2(db_, sql, -1, &raw, nullptr) != SQLITE_OK) {
+      sqlite3_finalize(raw);
+      return make_error(Errc::io, error_text("cannot read the schema"));
+    }
+    SqliteStmt s(raw);
+    sqlite3_bind_text(raw, 1, table, -1, SQLITE_STATIC);
+    const int rc = sqlite3_step(raw);
+    if (rc == SQLITE_DONE) continue;  // an older or empty database: the queries say so
+    if (rc != SQLITE_ROW) return make_error(Errc::io, error_text("cannot read the schema"));
+    const std::string type = reinterpret_cast<const char*>(sqlite3_column_text(raw, 0));
+    const std::string text = reinterpret_cast<const char*>(sqlite3_column_text(raw, 1));
+    const bool is_virtual =
+        text.size() >= 14 && sqlite3_strnicmp(text.c_str(), "CREATE VIRTUAL", 14) == 0;
+    if (type != "table" || is_virtual || sqlite3_column_int64(raw, 2) != 0)
+      return make_error(
+          Errc::config,
+          fmt::format("{}: `{}` is {}, not sonde's table; sonde does not read a database whose "
+                      "reading would run SQL written into the file",
+                      path_, table,
+                      type != "table" ? "a " + type
+                      : is_virtual    ? std::string("a virtual table")
+                                      : std::string("a table with generated columns")));
+  }
+  return {};
+}
+
 std::string SqliteDb::error_text(const std::string& what) const {
   const int code = sqlite3_extended_errcode(db_);
   std::string msg = sqlite3_errmsg(db_);
   if ((code & 0xff) == SQLITE_BUSY)
     msg = fmt::format("the database is locked by another process (waited {:g} s)",
                       sqlite_busy_timeout_s());
+  if (timed_out_)
+    msg = fmt::format(
+        "reading took longer than {:g} s (another user's database is read under a "
+        "deadline: $SONDE_SQLITE_READ_TIMEOUT)",
+        sqlite_read_timeout_s());
   const int primary = code & 0xff;
   if ((primary == SQLITE_IOERR || primary == SQLITE_FULL || primary == SQLITE_CANTOPEN ||
        primary == SQLITE_READONLY) &&
@@ -230,6 +284,24 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::open(const std::string& path, Mode m
                                        : fmt::format("{}: cannot open: out of memory", path));
   sqlite3_extended_result_codes(d->db_, 1);
   sqlite3_busy_timeout(d->db_, busy_ms(sqlite_busy_timeout_s()));
+  if (mode == Mode::read) {
+    // What a file may make sonde hold or compute is bounded: no value over 64 MiB, and another
+    // user's file (root running `runs list` on it) is read under a deadline, so that SQL its
+    // owner wrote cannot hang or bloat the reader.
+    sqlite3_limit(d->db_, SQLITE_LIMIT_LENGTH, kMaxReadValueBytes);
+    if (foreign) {
+      d->read_deadline_ = monotonic_now() + sqlite_read_timeout_s();
+      sqlite3_progress_handler(
+          d->db_, 1000,
+          [](void* p) -> int {
+            auto* db = static_cast<SqliteDb*>(p);
+            if (monotonic_now() < db->read_deadline_) return 0;
+            db->timed_out_ = true;
+            return 1;  // SQLITE_INTERRUPT for the statement
+          },
+          d.get());
+    }
+  }
 
   // What is in the file: another program's database, or a newer sonde's, is left untouched.
   auto probe = [&](std::int64_t& app_id, std::int64_t& version,
@@ -290,7 +362,10 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::open(const std::string& path, Mode m
   if (auto ok = probe(app_id, version, tables); !ok) return ok.error();
   if (auto ok = check(app_id, version, tables, mode == Mode::write); !ok) return ok.error();
   d->version_ = static_cast<int>(version);
-  if (mode == Mode::read) return d;
+  if (mode == Mode::read) {
+    if (auto ok = d->check_read_schema(); !ok) return ok.error();
+    return d;
+  }
 
   // WAL: readers and several writers share the file; a commit is one append to the WAL, which
   // survives a crash of the process (synchronous=NORMAL syncs at checkpoints).

@@ -49,9 +49,15 @@ class SqliteDb {
 
  private:
   SqliteDb() = default;
+  /// Read mode: `runs`, `columns` and `samples` are plain tables (not views, virtual tables or
+  /// tables with generated columns, whose reading runs SQL the file's owner wrote).
+  Result<void> check_read_schema() const;
   sqlite3* db_ = nullptr;
   std::string path_;
   int version_ = 0;
+  /// Another user's database: every statement stops at this monotonic time (progress handler).
+  double read_deadline_ = 0;
+  mutable bool timed_out_ = false;
 };
 
 /// A prepared statement (RAII).

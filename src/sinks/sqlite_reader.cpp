@@ -88,7 +88,7 @@ Result<std::vector<StoredRun>> list_runs_sqlite(const std::string& path) {
     StoredRun r;
     r.id = sqlite3_column_int64(s, 0);
     r.host = column_text(s, 1);
-    const auto cmd = nlohmann::json::parse(column_text(s, 2), nullptr, false);
+    const auto cmd = parse_json_bounded(column_text(s, 2));
     if (cmd.is_array())
       for (const auto& a : cmd)
         if (a.is_string()) r.command.push_back(a.get<std::string>());
@@ -151,12 +151,13 @@ Result<RunData> read_run_sqlite(const std::string& path, std::optional<std::int6
   if (rc != SQLITE_ROW) return make_error(Errc::io, db.error_text("cannot read the run"));
   RunData run;
   run.source = fmt::format("{}#{}", path, *id);
-  run.manifest = nlohmann::json::parse(column_text(q->get(), 0), nullptr, false);
+  run.manifest = parse_json_bounded(column_text(q->get(), 0));
   if (!run.manifest.is_object())
-    return make_error(Errc::parse,
-                      fmt::format("{}: the manifest of run {} is not a JSON object", path, *id));
+    return make_error(Errc::parse, fmt::format("{}: the manifest of run {} is not a JSON object "
+                                               "(or is nested deeper than 64 levels)",
+                                               path, *id));
   if (sqlite3_column_type(q->get(), 1) != SQLITE_NULL && !run.manifest.contains("summary")) {
-    auto summary = nlohmann::json::parse(column_text(q->get(), 1), nullptr, false);
+    auto summary = parse_json_bounded(column_text(q->get(), 1));
     if (!summary.is_discarded()) run.manifest["summary"] = std::move(summary);
   }
 

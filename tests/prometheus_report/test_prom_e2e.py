@@ -175,7 +175,11 @@ def test_jobstats_against_the_ground_truth(cluster):
     a, b, c = nodes["nA"], nodes["nB"], nodes["nC"]
     # CPU: the burner's rusage, ±3 %; the other two used next to nothing.
     assert abs(a["cpu_seconds"] - truth["nA"]["cpu_s"]) <= 0.03 * truth["nA"]["cpu_s"], (a, truth)
-    assert b["cpu_seconds"] < 1 and c["cpu_seconds"] < 0.5, (b, c)
+    # nB's hold: its own rusage too (touching 300 MiB costs CPU, more on a fresh VM), with a
+    # scrape's worth of slack for so small a figure; nC sleeps.
+    assert abs(b["cpu_seconds"] - truth["nB"]["cpu_s"]) <= 0.03 * truth["nB"]["cpu_s"] + 0.3, (
+        b, truth["nB"])
+    assert c["cpu_seconds"] < 0.5, c
     # Efficiency: its CPU seconds over 1 CPU × the job's elapsed time, which is the time its
     # processes existed (start-up, the burn, the time kept as zombies) within a scrape and
     # serve's interval (its first and last scrape may each miss up to that much). On a

@@ -405,3 +405,16 @@ def test_epilog_fits_the_limit_and_keeps_an_existing_comment(prom, tmp_path):
     # An AdminComment the site set is kept.
     args, r = run_epilog(prom, tmp_path, admin_comment="site-notes")
     assert args is None
+
+
+def test_epilog_keeps_sondes_warnings_out_of_admin_comment(prom, tmp_path):
+    # sonde's warnings (stderr) went into AdminComment with 2>&1, which broke its read-back.
+    wrapper = tmp_path / "sonde-with-warning"
+    wrapper.write_text("#!/bin/sh\n"
+                       "echo 'sonde: warning: a warning the site should see in syslog' >&2\n"
+                       f"exec {SONDE} \"$@\"\n")
+    wrapper.chmod(0o755)
+    args, r = run_epilog(prom, tmp_path, {"SONDE_BIN": str(wrapper)})
+    assert args is not None, r.stderr
+    assert "warning" not in args[2]
+    check_stats(decode_comment(args[2]), prom.truth)

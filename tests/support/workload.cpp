@@ -19,6 +19,10 @@
 //                         FILE, then exit 100+signum (of the first signal) after a short grace
 //                         period that records duplicates; exit 0 if no signal came in SECONDS.
 //                         Prints "ready" once the handlers are installed.
+//
+// $SONDE_WORKLOAD_RUSAGE=FILE: at exit, append "MODE CPU_SECONDS" to FILE, the process' own
+// getrusage (self and reaped children, µs): a test's truth that does not depend on how fast the
+// machine is (touching memory on a fresh VM costs CPU too).
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -283,10 +287,32 @@ int mode_trap(const char* path, double seconds) {
 
 }  // namespace
 
+namespace {
+std::string g_rusage_mode;
+
+void write_rusage() {
+  const char* path = std::getenv("SONDE_WORKLOAD_RUSAGE");
+  if (path == nullptr || *path == '\0') return;
+  double cpu = 0;
+  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+    rusage ru{};
+    getrusage(who, &ru);
+    cpu += static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+  }
+  if (FILE* f = std::fopen(path, "a")) {
+    std::fprintf(f, "%s %.6f\n", g_rusage_mode.c_str(), cpu);
+    std::fclose(f);
+  }
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   const char* argv0 = argc > 0 ? argv[0] : "sonde-test-workload";
   if (argc < 2) return usage(argv0, "missing MODE");
   const std::string_view mode = argv[1];
+  g_rusage_mode = std::string(mode);
+  std::atexit(write_rusage);
   auto want_args = [&](int n) { return argc == 2 + n; };
 
   if (mode == "burn" && want_args(1)) {

@@ -322,8 +322,8 @@ TEST(Sqlite, ExportsTheRunDirectoryLayout) {
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text,
             "time,wallclock,cpu_util_avg,memory\n"
-            "100,1700000000.000000,,0.25\n"
-            "100.5,1700000000.500000,10,0.25\n");
+            "100.000000,1700000000.000000,,0.25\n"
+            "100.500000,1700000000.500000,10,0.25\n");
   auto manifest = nlohmann::json::parse(std::ifstream(dir + "/manifest.json"));
   EXPECT_EQ(manifest.at("files").at("system"), "perf_system.csv");
   EXPECT_EQ(manifest.at("exported_from"), db + "#1");

@@ -35,6 +35,14 @@ TEST(JsonText, IndentAndValidTextAsDump) {
   EXPECT_EQ(json_text(j, 2), j.dump(2));
 }
 
+TEST(JsonText, OrderedKeysKeepTheirOrder) {
+  nlohmann::ordered_json j;
+  j["status"] = "ready";
+  j["pid"] = 1;
+  j["a"] = std::string("\xff");
+  EXPECT_EQ(json_text(j), "{\"status\":\"ready\",\"pid\":1,\"a\":\"\xef\xbf\xbd\"}");
+}
+
 TEST(AppendTime, MicrosecondsAfterMonthsOfUptime) {
   std::string out;
   append_time(out, 10'000'000.000123, "");  // 116 days after boot

@@ -25,7 +25,8 @@
 #   sacct -n -X -j ID -o AdminComment%65535 | sed 's/^ *SONDE1://' | base64 -d | gunzip
 # A summary too long for SONDE_EPILOG_MAX_BYTES loses its per-GPU lists, then its per-node
 # list ("nodes_omitted"); the overall figures stay. An existing AdminComment is kept (not
-# overwritten). Failures go to syslog (tag sonde-jobstats) and never fail the job.
+# overwritten). Failures and sonde's warnings (its stderr) go to syslog (tag sonde-jobstats), never
+# into AdminComment, and never fail the job.
 set -u
 conf=/etc/sonde/epilog-jobstats.conf
 # shellcheck source=/dev/null
@@ -48,11 +49,24 @@ work() {
   # efficiency is then over Slurm's elapsed time; else over the job's series.
   local from=()
   [[ ${SLURM_JOB_START_TIME:-} =~ ^[0-9]+$ ]] && from=(--from "$SLURM_JOB_START_TIME")
-  local comment
+  local comment errors rc
+  # Only stdout is the comment: sonde's warnings (stderr) go to syslog, never into AdminComment,
+  # whose read-back expects "SONDE1:" and base64 alone.
+  errors=$(mktemp) || { log "mktemp failed"; return 0; }
   # shellcheck disable=SC2086  # SONDE_EPILOG_ARGS is a list of options
-  if ! comment=$(timeout 300 "$sonde" jobstats "$job" --prometheus "$url" "${from[@]}" \
-                   --admin-comment --max-bytes "$max_bytes" ${SONDE_EPILOG_ARGS:-} 2>&1); then
-    log "sonde jobstats failed: ${comment:0:500}"
+  comment=$(timeout 300 "$sonde" jobstats "$job" --prometheus "$url" "${from[@]}" \
+              --admin-comment --max-bytes "$max_bytes" ${SONDE_EPILOG_ARGS:-} 2>"$errors")
+  rc=$?
+  if [[ -s $errors ]]; then
+    log "sonde jobstats: $(head -c 500 "$errors" | tr -c '[:print:]\n' '?' | tr '\n' ' ')"
+  fi
+  rm -f "$errors"
+  if ((rc != 0)); then
+    log "sonde jobstats failed (exit $rc)"
+    return 0
+  fi
+  if [[ ! $comment =~ ^SONDE1:[A-Za-z0-9+/=]+$ ]]; then
+    log "sonde jobstats printed no SONDE1 line; nothing stored"
     return 0
   fi
   local current
