@@ -294,6 +294,7 @@ std::optional<nlohmann::json> LineAssembler::complete(const std::string& text) {
   // Validated: an object, closed at its end, nested at most max_depth_ deep. The parser checks
   // the rest (UTF-8, numbers' range) once.
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  last_bytes_ = text.size();
   if (doc.is_object()) return doc;
   ++garbage_;
   return std::nullopt;
@@ -674,7 +675,7 @@ void Head::on_line(std::string_view line, double recv_wallclock, double recv_mon
   }
   auto doc = assembler_.feed(labeled->task, labeled->text);
   if (!doc) return;
-  const std::size_t bytes = labeled->text.size();
+  const std::size_t bytes = assembler_.last_bytes();
   // Bounded memory: the oldest samples go (ready/end/error lines are kept), in count and bytes.
   while (queue_.size() >= opts_.max_queued || queued_bytes_ + bytes > opts_.max_queued_bytes) {
     auto it = std::find_if(queue_.begin(), queue_.end(), [](const Message& m) {
@@ -834,7 +835,8 @@ void Head::handle_ready(Node& n, const nlohmann::json& doc) {
     set_status(n, "failed", "its ready line was refused: " + why, at);
   };
   if (auto ni = doc.find("node_info"); ni != doc.end()) {
-    const std::size_t size = ni->dump().size();  // depth bounded by the line's (kMaxLineDepth)
+    const std::size_t size = ni->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                                 .size();  // depth bounded by the line's (kMaxLineDepth)
     if (size > kMaxNodeInfoBytes)
       return refuse(
           fmt::format("its node_info is {} bytes, more than {}", size, kMaxNodeInfoBytes));

@@ -70,6 +70,8 @@ class LineAssembler {
   std::uint64_t garbage() const { return garbage_; }
   std::uint64_t reassembled() const { return reassembled_; }
   std::size_t pending() const { return fragments_.size(); }
+  /// The bytes of the last document returned (its pieces together).
+  std::size_t last_bytes() const { return last_bytes_; }
 
  private:
   /// Where a JSON text stands after the bytes validated so far: a push-down automaton of
@@ -107,6 +109,7 @@ class LineAssembler {
   int max_depth_;
   std::unordered_map<int, Fragment> fragments_;
   std::uint64_t garbage_ = 0, reassembled_ = 0;
+  std::size_t last_bytes_ = 0;
 };
 
 // ---- Aggregation over nodes --------------------------------------------------------------------
