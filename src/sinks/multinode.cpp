@@ -50,8 +50,77 @@ std::string safe_name(std::string_view name) {
   return s;
 }
 
+/// A finite number, else NaN (JSON has no NaN, but 1e999 parses as infinity).
 double number_or_nan(const nlohmann::json& v) {
-  return v.is_number() ? v.get<double>() : kNaN;
+  if (!v.is_number()) return kNaN;
+  const double d = v.get<double>();
+  return std::isfinite(d) ? d : kNaN;
+}
+
+/// The length of the UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no surrogates), 0 when
+/// it is not one.
+std::size_t utf8_length(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  const auto c1 = static_cast<unsigned char>(s[i + 1]);
+  if (c1 < lo || c1 > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  return n;
+}
+
+/// Text from outside (an agent's error or end reason, srun's words) as one line of printable
+/// UTF-8 of at most `max` bytes, for a message, the manifest and the terminal: control
+/// characters (C0, DEL, C1: a terminal's escapes) and bytes that are not UTF-8 become '?'.
+std::string printable(std::string_view s, std::size_t max = 300) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_length(s, i);
+    const auto c = static_cast<unsigned char>(s[i]);
+    const bool control = n == 0 || (n == 1 && (c < 0x20 || c == 0x7f)) ||
+                         (n == 2 && c == 0xC2 && static_cast<unsigned char>(s[i + 1]) < 0xA0);
+    const std::size_t take = control ? 1 : n;
+    if (out.size() + (control ? 1 : n) > max) {
+      out += "...";
+      break;
+    }
+    if (control)
+      out += '?';
+    else
+      out.append(s.substr(i, n));
+    i += take;
+  }
+  return out;
+}
+
+/// A name from outside as a message shows it: quoted, printable ASCII, other bytes as \xHH, at
+/// most 64 bytes of it.
+std::string shown(std::string_view s) {
+  std::string out = "'";
+  for (std::size_t i = 0; i < s.size() && i < 64; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'')
+      out += static_cast<char>(c);
+    else
+      out += fmt::format("\\x{:02x}", c);
+  }
+  return out + (s.size() > 64 ? "'..." : "'");
 }
 
 std::string bytes_text(double b) {
@@ -83,54 +152,215 @@ std::optional<Labeled> split_label(std::string_view line) {
   return Labeled{task, line.substr(i)};
 }
 
-LineAssembler::Parse LineAssembler::parse(const std::string& text, nlohmann::json& out) {
-  try {
-    out = nlohmann::json::parse(text);
-    return out.is_object() ? Parse::complete : Parse::garbage;
-  } catch (const nlohmann::json::parse_error& e) {
-    // The parser stopped at the end of the text: the start of a document, not a broken one.
-    return e.byte >= text.size() && !text.empty() && text.front() == '{' ? Parse::incomplete
-                                                                         : Parse::garbage;
-  } catch (const std::exception&) {
-    return Parse::garbage;
+bool is_valid_column_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxColumnName || name == "time" || name == "wallclock")
+    return false;
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  return !std::isdigit(static_cast<unsigned char>(name[0])) &&
+         std::all_of(name.begin(), name.end(),
+                     [&](char c) { return static_cast<unsigned char>(c) < 0x80 && word(c); });
+}
+
+LineAssembler::Step LineAssembler::scan(Scan& s, std::string_view bytes) const {
+  using Want = Scan::Want;
+  using Token = Scan::Token;
+  auto object_on_top = [&] { return (s.objects >> (s.depth - 1)) & 1; };
+  auto push = [&](bool object) {
+    if (++s.depth > max_depth_) return false;
+    const std::uint64_t bit = std::uint64_t{1} << (s.depth - 1);
+    s.objects = object ? s.objects | bit : s.objects & ~bit;
+    s.want = object ? Want::key_or_close : Want::value_or_close;
+    return true;
+  };
+  auto pop = [&] { s.want = --s.depth == 0 ? Want::end : Want::comma_or_close; };
+  // A number's grammar: 0 after '-', 1 after a leading 0, 2 in the integer digits, 3 after '.',
+  // 4 in the fraction, 5 after 'e', 6 after the exponent's sign, 7 in the exponent.
+  auto number = [&](char c) {
+    const bool digit = c >= '0' && c <= '9', e = c == 'e' || c == 'E';
+    int next = -1;
+    switch (s.number) {
+      case 0: next = c == '0' ? 1 : digit ? 2 : -1; break;
+      case 1: next = c == '.' ? 3 : e ? 5 : -1; break;
+      case 2: next = digit ? 2 : c == '.' ? 3 : e ? 5 : -1; break;
+      case 3: next = digit ? 4 : -1; break;
+      case 4: next = digit ? 4 : e ? 5 : -1; break;
+      case 5: next = c == '+' || c == '-' ? 6 : digit ? 7 : -1; break;
+      case 6:
+      case 7: next = digit ? 7 : -1; break;
+      default: break;
+    }
+    if (next >= 0) s.number = static_cast<std::uint8_t>(next);
+    return next >= 0;
+  };
+  for (const char c : bytes) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (s.token) {
+      case Token::string:
+        if (c == '"') {
+          s.token = Token::none;
+          s.want = s.key ? Want::colon : Want::comma_or_close;
+        } else if (c == '\\') {
+          s.token = Token::escape;
+        } else if (u < 0x20) {
+          return Step::bad;
+        }
+        continue;
+      case Token::escape:
+        if (c == 'u') {
+          s.token = Token::hex;
+          s.at = 4;
+        } else if (c != '\0' && std::strchr("\"\\/bfnrt", c)) {
+          s.token = Token::string;
+        } else {
+          return Step::bad;
+        }
+        continue;
+      case Token::hex:
+        if (!std::isxdigit(u)) return Step::bad;
+        if (--s.at == 0) s.token = Token::string;
+        continue;
+      case Token::literal:
+        if (c != s.literal[s.at]) return Step::bad;
+        if (s.literal[++s.at] == '\0') {
+          s.token = Token::none;
+          s.want = Want::comma_or_close;
+        }
+        continue;
+      case Token::number:
+        if (number(c)) continue;
+        if (s.number != 1 && s.number != 2 && s.number != 4 && s.number != 7) return Step::bad;
+        s.token = Token::none;  // the number ended: `c` is what follows it
+        s.want = Want::comma_or_close;
+        break;
+      case Token::none: break;
+    }
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+    switch (s.want) {
+      case Want::object:
+        if (c != '{' || !push(true)) return Step::bad;
+        break;
+      case Want::end: return Step::bad;  // text after the document
+      case Want::key_or_close:
+        if (c == '}') {
+          pop();
+          break;
+        }
+        [[fallthrough]];
+      case Want::key:
+        if (c != '"') return Step::bad;
+        s.token = Token::string;
+        s.key = true;
+        break;
+      case Want::colon:
+        if (c != ':') return Step::bad;
+        s.want = Want::value;
+        break;
+      case Want::value_or_close:
+        if (c == ']') {
+          pop();
+          break;
+        }
+        [[fallthrough]];
+      case Want::value:
+        if (c == '{' || c == '[') {
+          if (!push(c == '{')) return Step::bad;
+        } else if (c == '"') {
+          s.token = Token::string;
+          s.key = false;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+          s.token = Token::number;
+          s.number = c == '-' ? 0 : c == '0' ? 1 : 2;
+        } else if (c == 't' || c == 'f' || c == 'n') {
+          s.token = Token::literal;
+          s.literal = c == 't' ? "true" : c == 'f' ? "false" : "null";
+          s.at = 1;
+        } else {
+          return Step::bad;
+        }
+        break;
+      case Want::comma_or_close:
+        if (c == ',')
+          s.want = object_on_top() ? Want::key : Want::value;
+        else if ((c == '}' && object_on_top()) || (c == ']' && !object_on_top()))
+          pop();
+        else
+          return Step::bad;
+        break;
+    }
   }
+  return s.want == Want::end ? Step::closed : Step::open;
+}
+
+std::optional<nlohmann::json> LineAssembler::complete(const std::string& text) {
+  // Validated: an object, closed at its end, nested at most max_depth_ deep. The parser checks
+  // the rest (UTF-8, numbers' range) once.
+  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  last_bytes_ = text.size();
+  if (doc.is_object()) return doc;
+  ++garbage_;
+  return std::nullopt;
+}
+
+std::optional<nlohmann::json> LineAssembler::fresh(int task, std::string_view piece) {
+  if (piece.size() > max_document_) {
+    ++garbage_;
+    return std::nullopt;
+  }
+  Scan s;
+  switch (scan(s, piece)) {
+    case Step::closed: return complete(std::string(piece));
+    case Step::bad: ++garbage_; return std::nullopt;
+    case Step::open: break;
+  }
+  if (piece.size() > max_fragment_) {
+    ++garbage_;
+    return std::nullopt;
+  }
+  fragments_[task] = Fragment{std::string(piece), s};
+  return std::nullopt;
 }
 
 std::optional<nlohmann::json> LineAssembler::feed(int task, std::string_view piece) {
   // srun --unbuffered delivers a line's newline alone at times: an empty piece adds nothing.
   if (piece.empty()) return std::nullopt;
-  nlohmann::json doc;
-  auto it = fragments_.find(task);
-  if (it != fragments_.end()) {
-    std::string candidate = it->second;
-    candidate += piece;
-    switch (parse(candidate, doc)) {
-      case Parse::complete:
+  try {
+    auto it = fragments_.find(task);
+    if (it == fragments_.end()) return fresh(task, piece);
+    // A piece that is a whole object by itself is the task's next line: the fragment was never
+    // continued (its agent's write was cut short).
+    Scan alone;
+    if (scan(alone, piece) == Step::closed) {
+      ++garbage_;
+      fragments_.erase(it);
+      return fresh(task, piece);
+    }
+    Fragment& f = it->second;
+    const Step step = scan(f.scan, piece);
+    const std::size_t total = f.text.size() + piece.size();
+    if (step != Step::bad && total > (step == Step::closed ? max_document_ : max_fragment_)) {
+      ++garbage_;
+      fragments_.erase(it);
+      return std::nullopt;
+    }
+    switch (step) {
+      case Step::open: f.text += piece; return std::nullopt;
+      case Step::closed: {
+        std::string text = std::move(f.text);
         fragments_.erase(it);
-        ++reassembled_;
+        text += piece;
+        auto doc = complete(text);
+        if (doc) ++reassembled_;
         return doc;
-      case Parse::incomplete:
-        if (candidate.size() > max_fragment_) {
-          ++garbage_;
-          fragments_.erase(it);
-          return std::nullopt;
-        }
-        it->second = std::move(candidate);
-        return std::nullopt;
-      case Parse::garbage:
-        // The fragment was garbage (or this piece does not continue it): start over.
+      }
+      case Step::bad:
+        // The fragment does not continue into this piece: dropped; the piece may start a line.
         ++garbage_;
         fragments_.erase(it);
-        break;
+        return fresh(task, piece);
     }
-  }
-  std::string text(piece);
-  switch (parse(text, doc)) {
-    case Parse::complete: return doc;
-    case Parse::incomplete:
-      if (text.size() <= max_fragment_) fragments_[task] = std::move(text);
-      return std::nullopt;
-    case Parse::garbage: ++garbage_; return std::nullopt;
+  } catch (const std::exception&) {  // std::bad_alloc: the line, not the run
+    ++garbage_;
+    fragments_.erase(task);
   }
   return std::nullopt;
 }
@@ -386,7 +616,9 @@ struct Head::Node {
   ColumnStats cpu_pct;                 // at the summary level: cpu_util_avg (the imbalance rule)
   std::uint64_t busy_rows = 0;         // rows of cpu_pct above kNodeBusyPct
   std::uint64_t lines_after_end = 0;
-  std::string srun_reason;  // confirm_agent_ends: what srun said of its task, held
+  std::uint64_t malformed_lines = 0;  // lines whose fields have the wrong types (skipped)
+  bool refused = false;               // its ready line passed the bounds: never ready
+  std::string srun_reason;            // confirm_agent_ends: what srun said of its task, held
 };
 
 namespace {
@@ -428,42 +660,60 @@ Head::Node& Head::node_of_task(int task) {
 void Head::on_line(std::string_view line, double recv_wallclock, double recv_monotonic) {
   std::lock_guard lock(mutex_);
   auto labeled = split_label(line);
-  if (!labeled || labeled->task > 1'000'000) {
+  if (!labeled) {
     ++unlabeled_;
+    return;
+  }
+  // Only the allocation's tasks are nodes: any other label is garbage, before it costs a node,
+  // a directory or open files.
+  if (labeled->task >= opts_.expected_nodes) {
+    if (outside_allocation_++ == 0)
+      std::cerr << fmt::format(
+          "sonde: warning: a line labeled task {}, outside the allocation's {} tasks, is "
+          "skipped (such lines are counted in garbage_lines); the run goes on\n",
+          labeled->task, opts_.expected_nodes);
     return;
   }
   auto doc = assembler_.feed(labeled->task, labeled->text);
   if (!doc) return;
-  if (queue_.size() >= opts_.max_queued) {
-    // Bounded memory: the oldest sample goes (ready/end/error lines are kept).
-    auto it = std::find_if(queue_.begin(), queue_.end(),
-                           [](const Message& m) { return m.doc.contains("level"); });
-    if (it == queue_.end()) return;
+  const std::size_t bytes = assembler_.last_bytes();
+  // Bounded memory: the oldest samples go (ready/end/error lines are kept), in count and bytes.
+  while (queue_.size() >= opts_.max_queued || queued_bytes_ + bytes > opts_.max_queued_bytes) {
+    auto it = std::find_if(queue_.begin(), queue_.end(), [](const Message& m) {
+      return !m.from_launcher && m.doc.contains("level");
+    });
+    if (it == queue_.end()) {
+      ++dropped_;
+      return;
+    }
+    queued_bytes_ -= it->bytes;
     queue_.erase(it);
     ++dropped_;
   }
-  queue_.push_back(Message{labeled->task, std::move(*doc), recv_wallclock, recv_monotonic});
+  queued_bytes_ += bytes;
+  queue_.push_back(
+      Message{labeled->task, std::move(*doc), recv_wallclock, recv_monotonic, bytes, false});
 }
 
 void Head::on_launcher_stderr(std::string_view line, double recv_monotonic) {
   constexpr std::string_view kError = "srun: error: ";
   if (!line.starts_with(kError)) return;
   std::string_view rest = line.substr(kError.size());
-  nlohmann::json doc = {{"status", "srun_error"}, {"what", std::string(rest.substr(0, 300))}};
+  nlohmann::json doc = {{"what", printable(rest)}};
   int task = -1;
   constexpr std::string_view kNodeFailure = "Node failure on ";
   if (rest.starts_with(kNodeFailure)) {
-    doc["node"] = std::string(rest.substr(kNodeFailure.size(), 200));
+    doc["node"] = safe_name(rest.substr(kNodeFailure.size(), 200));
   } else if (const auto at = rest.find(": task "); at != std::string_view::npos) {
     auto l = split_label(rest.substr(at + 7));
     if (!l) return;
     task = l->task;
-    doc["node"] = std::string(rest.substr(0, std::min<std::size_t>(at, 200)));
+    doc["node"] = safe_name(rest.substr(0, std::min<std::size_t>(at, 200)));
   } else {
     return;
   }
   std::lock_guard lock(mutex_);
-  queue_.push_back(Message{task, std::move(doc), wallclock_now(), recv_monotonic});
+  queue_.push_back(Message{task, std::move(doc), wallclock_now(), recv_monotonic, 0, true});
 }
 
 void Head::on_launcher_exit(std::string why) {
@@ -478,7 +728,7 @@ bool Head::launcher_ended() const {
 
 std::uint64_t Head::garbage_lines() const {
   std::lock_guard lock(mutex_);
-  return assembler_.garbage() + unlabeled_;
+  return assembler_.garbage() + unlabeled_ + outside_allocation_ + malformed_;
 }
 
 int Head::ready_nodes() const {
@@ -504,43 +754,139 @@ void Head::set_status(Node& n, const char* status, std::string reason, double at
                              n.task, n.status, n.reason);
 }
 
+namespace {
+
+/// Why a parsed agent line cannot be used: a field the head reads has the wrong type ("" when
+/// every one is right). Every field is checked here, before any of them is used.
+std::string line_fault(const nlohmann::json& doc, const std::vector<Level>& levels) {
+  auto text_or_absent = [&](const char* key) {
+    auto it = doc.find(key);
+    return it == doc.end() || it->is_string();
+  };
+  if (auto w = doc.find("wallclock"); w != doc.end() && !w->is_number())
+    return "its wallclock is not a number";
+  if (auto st = doc.find("status"); st != doc.end()) {
+    if (!st->is_string()) return "its status is not text";
+    const std::string& status = st->get_ref<const std::string&>();
+    if (status == "ready") {
+      if (!text_or_absent("node")) return "its node is not text";
+      if (auto ni = doc.find("node_info"); ni != doc.end() && !ni->is_object())
+        return "its node_info is not an object";
+      if (auto c = doc.find("columns_by_level"); c != doc.end()) {
+        if (!c->is_object()) return "its columns_by_level is not an object";
+        for (Level l : levels) {
+          auto e = c->find(std::string(level_name(l)));
+          if (e == c->end()) continue;
+          if (!e->is_array()) return fmt::format("its {} columns are not a list", level_name(l));
+          for (const auto& name : *e)
+            if (!name.is_string())
+              return fmt::format("its {} columns hold a name that is not text", level_name(l));
+        }
+      }
+    } else if (status == "end") {
+      if (!text_or_absent("reason")) return "the reason of its end line is not text";
+    } else if (status == "error") {
+      if (!text_or_absent("error")) return "the text of its error line is not text";
+    }
+    return {};
+  }
+  auto level = doc.find("level");
+  if (level == doc.end()) return {};
+  if (!level->is_string()) return "the level of its sample is not text";
+  if (!doc.contains("wallclock")) return "its sample has no wallclock";
+  auto sample = doc.find("sample");
+  if (sample == doc.end() || !sample->is_object()) return "its sample is not an object";
+  for (const auto& [key, v] : sample->items())
+    if (!v.is_number() && !v.is_null())
+      return fmt::format("its sample's {} is not a number", shown(key));
+  return {};
+}
+
+/// What a node says its CPUs or GPUs are, when sane (a count a machine may have).
+double sane_count(double v) {
+  return std::isfinite(v) && v >= 0 && v <= 1e6 ? v : kNaN;
+}
+
+}  // namespace
+
+void Head::malformed(Node& n, const std::string& why) {
+  ++malformed_;
+  if (n.malformed_lines++ == 0)
+    std::cerr << fmt::format(
+        "sonde: warning: node {} (task {}) sent a line the head cannot use ({}); it is skipped, "
+        "as are such lines after it (counted in garbage_lines); the run goes on\n",
+        n.name, n.task, why);
+}
+
 void Head::handle_ready(Node& n, const nlohmann::json& doc) {
-  if (n.ready) return;
-  std::string name = doc.contains("node") && doc["node"].is_string()
-                         ? safe_name(doc["node"].get<std::string>())
-                         : std::string();
+  if (n.ready || n.refused) return;
+  std::string name = doc.contains("node") ? safe_name(doc["node"].get<std::string>()) : "";
   if (name.empty()) name = n.name;
   // Two tasks on one node (or a launcher that gives no distinct names): each its own entry.
   for (const auto& other : nodes_)
     if (other && other.get() != &n && other->ready && other->name == name)
       name += fmt::format("-task{}", n.task);
   n.name = name;
-  if (doc.contains("node_info") && doc["node_info"].is_object()) n.node_info = doc["node_info"];
-  n.num_gpus = n.node_info.contains("num_gpus") ? number_or_nan(n.node_info["num_gpus"]) : 0;
+  const double at = number_or_nan(doc.value("wallclock", nlohmann::json()));
+  // What the node says of itself goes into the manifest, rewritten at every status change, and
+  // its columns into CSV headers as they are: a node whose ready line passes the bounds is
+  // refused, named in the warning.
+  auto refuse = [&](std::string why) {
+    n.refused = true;
+    set_status(n, "failed", "its ready line was refused: " + why, at);
+  };
+  if (auto ni = doc.find("node_info"); ni != doc.end()) {
+    const std::size_t size = json_text(*ni).size();  // depth bounded by the line's
+    if (size > kMaxNodeInfoBytes)
+      return refuse(
+          fmt::format("its node_info is {} bytes, more than {}", size, kMaxNodeInfoBytes));
+    n.node_info = *ni;
+  }
+  const nlohmann::json empty = nlohmann::json::object();
+  auto cols_it = doc.find("columns_by_level");
+  const nlohmann::json& cols = cols_it != doc.end() ? *cols_it : empty;
+  std::array<std::vector<std::string>, kNumLevels> names;
+  for (Level l : opts_.levels) {
+    auto e = cols.find(std::string(level_name(l)));
+    if (e == cols.end()) continue;
+    if (e->size() > kMaxColumnsPerLevel)
+      return refuse(fmt::format("{} {} columns, more than {}", e->size(), level_name(l),
+                                kMaxColumnsPerLevel));
+    std::set<std::string_view> seen;
+    for (const auto& c : *e) {
+      const std::string& cn = c.get_ref<const std::string&>();
+      if (cn == "time") continue;
+      if (!is_valid_column_name(cn))
+        return refuse(
+            fmt::format("its {} column {} is not a column name ([A-Za-z_][A-Za-z0-9_]*, at most {} "
+                        "bytes, not time or wallclock)",
+                        level_name(l), shown(cn), kMaxColumnName));
+      if (!seen.insert(cn).second)
+        return refuse(fmt::format("its {} column {} is there twice", level_name(l), shown(cn)));
+      names[level_index(l)].push_back(cn);
+    }
+  }
+  n.num_gpus =
+      n.node_info.contains("num_gpus") ? sane_count(number_or_nan(n.node_info["num_gpus"])) : 0;
   if (!std::isfinite(n.num_gpus)) n.num_gpus = 0;
-  const nlohmann::json cols =
-      doc.contains("columns_by_level") && doc["columns_by_level"].is_object()
-          ? doc["columns_by_level"]
-          : nlohmann::json::object();
   bool first = true;
   for (Level l : opts_.levels) {
-    const std::string lname(level_name(l));
-    if (!cols.contains(lname) || !cols[lname].is_array()) continue;
-    auto& names = n.columns[level_index(l)];
-    for (const auto& c : cols[lname])
-      if (c.is_string() && c.get<std::string>() != "time") names.push_back(c.get<std::string>());
-    for (std::size_t i = 0; i < names.size(); ++i) n.index[level_index(l)][names[i]] = i;
-    if (auto ok = store_.begin_node(n.name, l, names); !ok) {
+    auto e = cols.find(std::string(level_name(l)));
+    if (e == cols.end()) continue;
+    const std::size_t li = level_index(l);
+    n.columns[li] = std::move(names[li]);
+    for (std::size_t i = 0; i < n.columns[li].size(); ++i) n.index[li][n.columns[li][i]] = i;
+    if (auto ok = store_.begin_node(n.name, l, n.columns[li]); !ok) {
       std::cerr << "sonde: error: " << ok.error().message << "\n";
       continue;
     }
-    n.has[level_index(l)] = true;
-    n.num_cpus[level_index(l)] = level_num_cpus(n.node_info, l);
+    n.has[li] = true;
+    n.num_cpus[li] = sane_count(level_num_cpus(n.node_info, l));
     if (first) n.first_level = l;
     first = false;
   }
   n.ready = true;
-  set_status(n, "running", "", number_or_nan(doc.value("wallclock", nlohmann::json())));
+  set_status(n, "running", "", at);
 }
 
 void Head::handle_sample(Node& n, const nlohmann::json& doc) {
@@ -549,15 +895,11 @@ void Head::handle_sample(Node& n, const nlohmann::json& doc) {
     ++n.lines_after_end;
     return;
   }
-  const auto* level_name_v = doc.find("level") != doc.end() && doc["level"].is_string()
-                                 ? &doc["level"].get_ref<const std::string&>()
-                                 : nullptr;
-  if (!level_name_v) return;
-  auto level = parse_level(*level_name_v);
+  auto level = parse_level(doc["level"].get_ref<const std::string&>());
   if (!level || !n.has[level_index(*level)]) return;
   const std::size_t li = level_index(*level);
-  const double wallclock = number_or_nan(doc.value("wallclock", nlohmann::json()));
-  if (!doc.contains("sample") || !doc["sample"].is_object() || !std::isfinite(wallclock)) return;
+  const double wallclock = number_or_nan(doc["wallclock"]);
+  if (!std::isfinite(wallclock)) return;
   auto& latest = n.latest[li];
   latest.values.assign(n.columns[li].size(), kNaN);
   double time = kNaN;
@@ -594,45 +936,49 @@ void Head::handle_sample(Node& n, const nlohmann::json& doc) {
   }
 }
 
-void Head::handle(Message& m) {
-  if (m.doc.value("status", std::string()) == "srun_error") {
-    const std::string name = m.doc.value("node", std::string());
-    Node* target = nullptr;
-    if (m.task >= 0 && m.task < static_cast<int>(nodes_.size())) target = nodes_[m.task].get();
-    for (const auto& n : nodes_)
-      if (!target && n && n->name == safe_name(name)) target = n.get();
-    // A node whose agent sent its end line ended well, whatever srun says of it afterwards.
-    if (target && opts_.confirm_agent_ends && target->status == "running") {
-      target->srun_reason = "srun: " + m.doc.value("what", std::string());  // confirm_ends
-      return;
-    }
-    if (target && !target->ended && (target->status == "running" || target->status == "starting"))
-      set_status(*target, target->status == "running" ? "lost" : "failed",
-                 "srun: " + m.doc.value("what", std::string()), m.recv_wallclock);
+void Head::handle_launcher(const Message& m) {
+  const std::string name = m.doc.value("node", std::string());
+  const std::string what = "srun: " + m.doc.value("what", std::string());
+  Node* target = nullptr;
+  if (m.task >= 0 && m.task < static_cast<int>(nodes_.size())) target = nodes_[m.task].get();
+  for (const auto& n : nodes_)
+    if (!target && n && !name.empty() && n->name == name) target = n.get();
+  // A node whose agent sent its end line ended well, whatever srun says of it afterwards.
+  if (target && opts_.confirm_agent_ends && target->status == "running") {
+    target->srun_reason = what;  // confirm_ends
     return;
   }
+  if (target && !target->ended && (target->status == "running" || target->status == "starting"))
+    set_status(*target, target->status == "running" ? "lost" : "failed", what, m.recv_wallclock);
+}
+
+void Head::handle(Message& m) {
+  // srun's own reports come from its stderr; an agent's line that looks like one is not one.
+  if (m.from_launcher) return handle_launcher(m);
+  if (m.task < 0 || m.task >= opts_.expected_nodes) return;  // on_line's bound
   Node& n = node_of_task(m.task);
   n.last_recv_monotonic = std::max(n.last_recv_monotonic, m.recv_monotonic);
   const nlohmann::json& doc = m.doc;
-  if (auto w = doc.find("wallclock"); w != doc.end() && w->is_number()) {
-    const double d = w->get<double>() - m.recv_wallclock;
-    if (!n.offset || d > *n.offset) n.offset = d;
+  if (const std::string fault = line_fault(doc, opts_.levels); !fault.empty())
+    return malformed(n, fault);
+  if (auto w = doc.find("wallclock"); w != doc.end()) {
+    const double d = number_or_nan(*w) - m.recv_wallclock;
+    if (std::isfinite(d) && (!n.offset || d > *n.offset)) n.offset = d;
   }
-  const std::string status =
-      doc.contains("status") && doc["status"].is_string() ? doc["status"].get<std::string>() : "";
+  const auto st = doc.find("status");
+  const std::string_view status =
+      st != doc.end() ? std::string_view(st->get_ref<const std::string&>()) : std::string_view();
   if (status == "ready") {
     handle_ready(n, doc);
   } else if (status == "end") {
     n.ended = true;
-    n.end_reason = doc.value("reason", std::string());
+    n.end_reason = printable(doc.value("reason", std::string()));
   } else if (status == "error") {
     if (n.status == "starting" || n.status == "running")
       set_status(n, "failed",
-                 "the agent reported: " + (doc.contains("error") && doc["error"].is_string()
-                                               ? doc["error"].get<std::string>()
-                                               : json_text(doc)),
+                 "the agent reported: " + printable(doc.value("error", std::string("no text"))),
                  wallclock_now());
-  } else if (doc.contains("level")) {
+  } else if (st == doc.end() && doc.contains("level")) {
     handle_sample(n, doc);
   }
 }
@@ -678,6 +1024,26 @@ void Head::check_faults(double now_monotonic, double now_wallclock) {
   }
 }
 
+void Head::take_queue() {
+  {
+    std::lock_guard lock(mutex_);
+    work_.swap(queue_);
+    queued_bytes_ = 0;
+  }
+  for (Message& m : work_) {
+    // line_fault checked every field the head reads; this is for what it did not foresee
+    // (std::bad_alloc): that line is lost, never the run.
+    try {
+      handle(m);
+    } catch (const std::exception& e) {
+      ++malformed_;
+      std::cerr << fmt::format("sonde: warning: a line of task {} was skipped: {}\n", m.task,
+                               printable(e.what()));
+    }
+  }
+  work_.clear();
+}
+
 bool Head::agents_ending() const {
   const bool exited = launcher_ended();
   for (const auto& n : nodes_)
@@ -698,12 +1064,7 @@ void Head::confirm_ends(bool job_running, double now_monotonic) {
 }
 
 void Head::poll(double now_monotonic) {
-  {
-    std::lock_guard lock(mutex_);
-    work_.swap(queue_);
-  }
-  for (Message& m : work_) handle(m);
-  work_.clear();
+  take_queue();
   check_faults(now_monotonic, wallclock_now());
   if (!schema_fixed_) fix_schema(now_monotonic);
   if (manifest_dirty_) write_nodes_manifest();
@@ -787,12 +1148,7 @@ void Head::tick(double time_s, double wallclock_s) {
 }
 
 void Head::finish(double now_monotonic) {
-  {
-    std::lock_guard lock(mutex_);
-    work_.swap(queue_);
-  }
-  for (Message& m : work_) handle(m);
-  work_.clear();
+  take_queue();
   const double now = wallclock_now();
   for (auto& np : nodes_) {
     if (!np) continue;
@@ -811,7 +1167,7 @@ void Head::finish(double now_monotonic) {
   if (!mn.is_object()) mn = nlohmann::json::object();
   {
     std::lock_guard lock(mutex_);
-    mn["garbage_lines"] = assembler_.garbage() + unlabeled_;
+    mn["garbage_lines"] = assembler_.garbage() + unlabeled_ + outside_allocation_ + malformed_;
     mn["reassembled_lines"] = assembler_.reassembled();
     mn["dropped_lines"] = dropped_;
     mn["launcher_exit"] = launcher_exit_ ? nlohmann::json(*launcher_exit_) : nlohmann::json();
@@ -858,6 +1214,7 @@ nlohmann::json Head::nodes_json() const {
          {"first_wallclock", num(n->first_wallclock)},
          {"last_wallclock", num(n->last_wallclock)},
          {"rows", n->rows},
+         {"malformed_lines", n->malformed_lines},
          {"columns_by_level", cols}});
   }
   return out;

@@ -6,6 +6,7 @@
 // aggregation rule, the store the head writes through (the CSV run directory; a SQLite store
 // plugs in behind the same interface) and the head's bookkeeping of nodes, clocks and faults.
 // The launcher (srun as a child process, its reader thread) lives in src/cli/multinode.cpp.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -35,24 +36,80 @@ struct Labeled {
 };
 std::optional<Labeled> split_label(std::string_view line);
 
+/// Bounds on what the head takes from an agent (docs/multinode.md, "Bounds"): a line nested
+/// deeper is garbage before it is parsed (nlohmann's copy and dump recurse); a ready line whose
+/// node_info or columns pass these refuses its node.
+inline constexpr int kMaxLineDepth = 32;
+inline constexpr std::size_t kMaxNodeInfoBytes = std::size_t{64} << 10;
+inline constexpr std::size_t kMaxColumnsPerLevel = 4096;
+inline constexpr std::size_t kMaxColumnName = 128;
+
+/// A column name a node may send: [A-Za-z_][A-Za-z0-9_]*, at most kMaxColumnName bytes, not
+/// `time` or `wallclock` (the CSV's own columns). What every CSV header and SQLite table can hold
+/// as it is.
+bool is_valid_column_name(std::string_view name);
+
 /// Reassembles one task's JSON lines from labeled pieces. A piece that completes a JSON object
 /// (alone, or appended to the task's pending fragment) is returned; a piece that is the start of
-/// one (the parser stops at its end) is kept as the fragment until the next piece completes it,
-/// at most `max_fragment` bytes; anything else is garbage, counted and dropped. Never throws.
+/// one is kept as the fragment until a later piece closes it, at most `max_fragment` bytes; a
+/// piece that is by itself a whole object while a fragment is pending drops the fragment (it was
+/// not continued). Anything else is garbage, counted and dropped: documents nested deeper than
+/// `max_depth` or longer than `max_document` bytes included. Linear in the bytes received: each
+/// task's fragment keeps its validator's state (what comes next, nesting, inside a string) and is
+/// parsed once, when its top-level object closes: its grammar is checked as the bytes come, so a
+/// fragment that a piece does not continue is dropped at that piece. Never throws.
 class LineAssembler {
  public:
-  explicit LineAssembler(std::size_t max_fragment = std::size_t{1} << 20)
-      : max_fragment_(max_fragment) {}
+  explicit LineAssembler(std::size_t max_fragment = std::size_t{1} << 20,
+                         std::size_t max_document = std::size_t{1} << 20,
+                         int max_depth = kMaxLineDepth)
+      : max_fragment_(max_fragment),
+        max_document_(max_document),
+        max_depth_(std::clamp(max_depth, 1, 64)) {}
   std::optional<nlohmann::json> feed(int task, std::string_view piece);
   std::uint64_t garbage() const { return garbage_; }
   std::uint64_t reassembled() const { return reassembled_; }
+  std::size_t pending() const { return fragments_.size(); }
+  /// The bytes of the last document returned (its pieces together).
+  std::size_t last_bytes() const { return last_bytes_; }
 
  private:
-  enum class Parse { complete, incomplete, garbage };
-  static Parse parse(const std::string& text, nlohmann::json& out);
-  std::size_t max_fragment_;
-  std::unordered_map<int, std::string> fragments_;
+  /// Where a JSON text stands after the bytes validated so far: a push-down automaton of
+  /// JSON's grammar (UTF-8 and numbers' range are left to the parse at the close).
+  struct Scan {
+    enum class Want : std::uint8_t {
+      object,
+      key_or_close,
+      key,
+      colon,
+      value_or_close,
+      value,
+      comma_or_close,
+      end
+    };
+    enum class Token : std::uint8_t { none, string, escape, hex, number, literal };
+    Want want = Want::object;
+    Token token = Token::none;
+    bool key = false;          ///< the string read is an object's key
+    std::uint8_t at = 0;       ///< hex digits left; characters of the literal matched
+    std::uint8_t number = 0;   ///< where in a number's grammar
+    const char* literal = "";  ///< "true", "false" or "null"
+    int depth = 0;
+    std::uint64_t objects = 0;  ///< bit d: the container at depth d + 1 is an object
+  };
+  enum class Step { open, closed, bad };
+  Step scan(Scan& s, std::string_view bytes) const;
+  std::optional<nlohmann::json> fresh(int task, std::string_view piece);
+  std::optional<nlohmann::json> complete(const std::string& text);
+  struct Fragment {
+    std::string text;
+    Scan scan;
+  };
+  std::size_t max_fragment_, max_document_;
+  int max_depth_;
+  std::unordered_map<int, Fragment> fragments_;
   std::uint64_t garbage_ = 0, reassembled_ = 0;
+  std::size_t last_bytes_ = 0;
 };
 
 // ---- Aggregation over nodes --------------------------------------------------------------------
@@ -135,9 +192,10 @@ struct HeadOptions {
   /// record --slurm-job: an agent or the launcher that ends may be the job's end, not a fault:
   /// it is held until confirm_ends() says whether the job still runs.
   bool confirm_agent_ends = false;
-  /// Parsed lines waiting for the main thread, over all nodes; beyond it the oldest samples are
-  /// dropped (counted).
+  /// Parsed lines waiting for the main thread, over all nodes, and their bytes as received;
+  /// beyond either the oldest samples are dropped (counted).
   std::size_t max_queued = 1 << 16;
+  std::size_t max_queued_bytes = std::size_t{64} << 20;
 };
 
 class Head {
@@ -175,6 +233,8 @@ class Head {
   /// confirm_agent_ends: the job still runs (the ends are faults: lost), or it ended (every
   /// running node is complete).
   void confirm_ends(bool job_running, double now_monotonic);
+  /// Main thread: lines skipped (unlabeled, outside the allocation, not JSON objects, nested or
+  /// sized past the bounds, fields of the wrong types).
   std::uint64_t garbage_lines() const;
   /// The manifest's "nodes" array (sorted by name).
   nlohmann::json nodes_json() const;
@@ -188,9 +248,14 @@ class Head {
     int task = -1;
     nlohmann::json doc;
     double recv_wallclock = 0, recv_monotonic = 0;
+    std::size_t bytes = 0;       ///< as received (the queue's bound)
+    bool from_launcher = false;  ///< srun's own report (on_launcher_stderr), never an agent's
   };
   Node& node_of_task(int task);
+  void take_queue();
   void handle(Message& m);
+  void handle_launcher(const Message& m);
+  void malformed(Node& n, const std::string& why);
   void handle_ready(Node& n, const nlohmann::json& doc);
   void handle_sample(Node& n, const nlohmann::json& doc);
   void check_faults(double now_monotonic, double now_wallclock);
@@ -205,8 +270,10 @@ class Head {
   mutable std::mutex mutex_;
   std::vector<Message> queue_;
   LineAssembler assembler_;
+  std::size_t queued_bytes_ = 0;
   std::uint64_t dropped_ = 0;
   std::uint64_t unlabeled_ = 0;
+  std::uint64_t outside_allocation_ = 0;  ///< lines of a task the allocation does not have
   std::optional<std::string> launcher_exit_;
   // Main thread.
   std::vector<Message> work_;
@@ -218,6 +285,7 @@ class Head {
   std::uint64_t agg_rows_ = 0;
   double last_tick_wallclock_ = 0;
   bool manifest_dirty_ = false;
+  std::uint64_t malformed_ = 0;  ///< parsed lines whose fields have the wrong types
   std::vector<double> agg_row_;
 };
 

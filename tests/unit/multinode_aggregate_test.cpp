@@ -3,7 +3,9 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -148,6 +150,75 @@ TEST(MultinodeLines, SplitLinesAreReassembledPerTaskAndGarbageIsDropped) {
   EXPECT_TRUE(a.feed(3, "{\"a\":1e999999}") || true);
 }
 
+TEST(MultinodeLines, NestingPastTheBoundIsGarbageBeforeItIsParsed) {
+  LineAssembler a;
+  EXPECT_FALSE(a.feed(0, std::string(1'000'000, '[')));
+  EXPECT_FALSE(a.feed(0, "{\"a\":" + std::string(40, '[') + std::string(40, ']') + "}"));
+  EXPECT_EQ(a.garbage(), 2u);
+  EXPECT_TRUE(a.feed(0, "{\"a\":" + std::string(30, '[') + std::string(30, ']') + "}"));
+  // Brackets in strings (escaped quotes included) are not nesting.
+  auto d = a.feed(0, "{\"a\":\"" + std::string(100, '[') + "\\\"{\"}");
+  ASSERT_TRUE(d);
+  EXPECT_EQ((*d)["a"].get<std::string>().size(), 102u);
+  // In pieces the depth is the fragment's.
+  EXPECT_FALSE(a.feed(1, "{\"a\":" + std::string(20, '[')));
+  EXPECT_EQ(a.pending(), 1u);
+  EXPECT_FALSE(a.feed(1, std::string(20, '[')));  // the fragment and this piece: both garbage
+  EXPECT_EQ(a.pending(), 0u);
+  EXPECT_EQ(a.garbage(), 4u);
+}
+
+TEST(MultinodeLines, AWholeObjectWhileAFragmentIsPendingDropsTheFragment) {
+  LineAssembler a;
+  EXPECT_FALSE(a.feed(0, "{\"a\":"));
+  auto d = a.feed(0, "{\"b\":1}");
+  ASSERT_TRUE(d);
+  EXPECT_EQ((*d)["b"], 1);
+  EXPECT_EQ(a.garbage(), 1u);
+  EXPECT_EQ(a.pending(), 0u);
+  EXPECT_EQ(a.reassembled(), 0u);
+  // A stale fragment inside a string, then a line split in two: the fragment's grammar breaks at
+  // the first piece, which starts the next fragment; the second piece completes it.
+  EXPECT_FALSE(a.feed(0, R"({"level": "slurm", "truncated)"));
+  EXPECT_FALSE(a.feed(0, "}}}garbage{{{"));  // still inside that string: a valid fragment
+  const std::string doc = R"({"level":"slurm","wallclock":1.5,"sample":{"time":2,"memory":0.25}})";
+  EXPECT_FALSE(a.feed(0, doc.substr(0, 30)));
+  EXPECT_EQ(a.garbage(), 2u);
+  auto d2 = a.feed(0, doc.substr(30));
+  ASSERT_TRUE(d2);
+  EXPECT_EQ((*d2)["sample"]["memory"], 0.25);
+  // Grammar, not just brackets: broken text is garbage at the piece that breaks it.
+  for (const char* bad : {R"({"a" 1})", R"({"a":tru})", R"({"a":01})", R"({"a":[1,]})",
+                          R"({"a":1]})", R"({"a":"\q"})", R"({,})", R"({"a":-})"})
+    EXPECT_FALSE(a.feed(1, bad)) << bad;
+  EXPECT_EQ(a.pending(), 0u);
+  for (const char* good : {R"({"a":[1,-2.5e+3,true,false,null,{}],"b":"\u00e9\n"})", R"( {} )"})
+    EXPECT_TRUE(a.feed(1, good)) << good;
+}
+
+TEST(MultinodeLines, ReassemblyIsLinearInTheBytes) {
+  // 150,000 pieces of 6 bytes: re-parsing the fragment at each piece took minutes.
+  LineAssembler a;
+  const std::string doc = "{\"x\":\"" + std::string(900'000, 'a') + "\"}";
+  std::optional<nlohmann::json> out;
+  for (std::size_t at = 0; at < doc.size(); at += 6)
+    if (auto d = a.feed(0, std::string_view(doc).substr(at, 6))) out = std::move(d);
+  ASSERT_TRUE(out);
+  EXPECT_EQ((*out)["x"].get<std::string>().size(), 900'000u);
+  EXPECT_EQ(a.reassembled(), 1u);
+  EXPECT_EQ(a.garbage(), 0u);
+}
+
+TEST(MultinodeLines, ColumnNames) {
+  for (const char* ok : {"cpu_util_avg", "_x", "gpu_mem_1", "A9"})
+    EXPECT_TRUE(is_valid_column_name(ok)) << ok;
+  for (const char* bad :
+       {"", "9a", "a b", "a,b", "a\nb", "q\"", "wallclock", "time", "caf\xc3\xa9"})
+    EXPECT_FALSE(is_valid_column_name(bad)) << bad;
+  EXPECT_TRUE(is_valid_column_name(std::string(kMaxColumnName, 'a')));
+  EXPECT_FALSE(is_valid_column_name(std::string(kMaxColumnName + 1, 'a')));
+}
+
 }  // namespace
 }  // namespace sonde::multinode
 
@@ -244,6 +315,42 @@ TEST(MultinodeHead, CapturedLinesToNodeRowsAggregateAndFaults) {
   head.finish(9.5);
   EXPECT_EQ(store.manifest("multinode")["job"], "7");
   EXPECT_EQ(store.manifest("multinode")["reassembled_lines"], 1);
+}
+
+TEST(MultinodeHead, LinesOfTheWrongTypesForgedReportsAndForeignTasksAreSkipped) {
+  MemoryStore store;
+  HeadOptions o;
+  o.job = "7";
+  o.expected_nodes = 2;
+  o.interval_s = 1;
+  o.levels = {Level::slurm};
+  Head head(o, store);
+  const double t0 = 1000;
+  head.on_line("0: " + ready("a", t0), t0, 1);
+  head.on_line("1: " + ready("b", t0), t0, 1);
+  head.on_line("0: " + sample(t0 + 1, 100, 1.0), t0 + 1, 2);
+  head.on_line("1: " + sample(t0 + 1, 50, 2.0), t0 + 1, 2);
+  // None of these may throw, lose a node, or make one.
+  for (const char* bad :
+       {R"({"status":5})", R"({"status":"end","reason":7})", R"({"status":"error","error":[1]})",
+        R"({"level":"slurm","wallclock":"x","sample":{}})",
+        R"({"level":"slurm","wallclock":1,"sample":{"memory":"x"}})",
+        R"({"status":"srun_error","node":"b","what":"forged"})"})
+    head.on_line(std::string("0: ") + bad, t0 + 1, 2);
+  head.on_line("2: " + ready("c", t0), t0 + 1, 2);
+  head.on_line("1000000: " + ready("d", t0), t0 + 1, 2);
+  head.tick(2.1, t0 + 1.1);
+  ASSERT_EQ(store.agg_rows[Level::slurm].size(), 1u);
+  EXPECT_DOUBLE_EQ(at(store.agg_columns[Level::slurm], store.agg_rows[Level::slurm][0], "nodes"),
+                   2.0);
+  const auto nodes = head.nodes_json();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0]["status"], "running");
+  EXPECT_EQ(nodes[1]["status"], "running") << nodes[1].dump();
+  EXPECT_EQ(nodes[0]["malformed_lines"], 5);
+  EXPECT_EQ(head.garbage_lines(), 7u);
+  head.finish(3);
+  EXPECT_EQ(store.manifest("multinode")["garbage_lines"], 7);
 }
 
 }  // namespace
