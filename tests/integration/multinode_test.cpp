@@ -595,10 +595,11 @@ TEST(Multinode, RunIntoSqliteStoresTheNodesAndTheAggregate) {
   // (a loaded machine can leave the busy node near the rule's 50 % edge, where the head's live
   // rows and the stored ones may fall on either side).
   const bool in_report = read_file(dir / "all.html").find("node-imbalance") != std::string::npos;
-  if (busy_share >= 0.6 && idlest < 0.2 * busiest)
+  if (busy_share >= 0.6 && idlest < 0.2 * busiest) {
     EXPECT_TRUE(in_report) << "the stored rows are imbalanced; head: " << head_tags;
-  else if (busy_share < 0.4 || idlest > 0.3 * busiest)
+  } else if (busy_share < 0.4 || idlest > 0.3 * busiest) {
     EXPECT_FALSE(in_report) << "the stored rows are not imbalanced; head: " << head_tags;
+  }
 }
 
 TEST(Multinode, RecordARunningJobIntoSqlite) {
