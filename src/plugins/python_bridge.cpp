@@ -76,7 +76,8 @@ Result<std::vector<std::string>> trusted_python_path(const std::vector<std::stri
       return make_error(Errc::unavailable, walked.error().message);
     }
     if (!S_ISDIR(walked->st.st_mode)) continue;
-    if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+    // The resolved path: a relative entry (PYTHONPATH=examples/x) means what it meant here.
+    if (std::find(out.begin(), out.end(), walked->real) == out.end()) out.push_back(walked->real);
   }
   return out;
 }
