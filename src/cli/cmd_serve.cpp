@@ -273,6 +273,9 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
         "sonde: warning: listening on {}:{}, not a loopback address: this node's metrics{} are "
         "exposed to every host that can reach it (use 127.0.0.1 to keep them local)\n",
         shown, port, so.per_user || so.per_job ? " (with user names and job ids)" : "");
+  if (auth && !server.tls())
+    std::cerr << "sonde: warning: --basic-auth-file without --tls-cert/--tls-key: passwords "
+                 "cross the network in clear text (docs/prometheus.md, \"TLS\")\n";
   if (so.per_job && !prom::node_has_slurm_cgroups(eo.roots))
     std::cerr << "sonde: note: --per-job: Slurm puts no jobs in cgroups here, so a process' job "
                  "is its SLURM_JOB_ID, which any user can set (docs/prometheus.md)\n";

@@ -28,6 +28,7 @@
 #include "core/sampler.hpp"
 #include "core/slurm_job.hpp"
 #include "core/threads.hpp"
+#include "core/trust.hpp"
 #include "sinks/csv_run_dir.hpp"
 #include "sinks/multinode_sqlite.hpp"
 #include "sinks/sqlite.hpp"
@@ -49,7 +50,8 @@ std::string getenv_str(const char* name) {
 std::string find_program(const std::string& name) {
   if (name.empty()) return {};
   if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
-  std::stringstream path(getenv_str("PATH"));
+  // Under AT_SECURE the invoking user's PATH is not searched (kSecurePath is).
+  std::stringstream path(program_search_path());
   std::string dir;
   while (std::getline(path, dir, ':')) {
     const std::string p = (dir.empty() ? std::string(".") : dir) + "/" + name;
@@ -103,7 +105,11 @@ Captured capture(const std::vector<std::string>& argv, double timeout_s = slurm_
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
+  // Found as find_program finds it (not posix_spawnp's own PATH search, which AT_SECURE does
+  // not restrict).
+  const std::string exe = find_program(argv[0]);
+  const int rc =
+      exe.empty() ? ENOENT : ::posix_spawn(&pid, exe.c_str(), &fa, &attr, args.data(), environ);
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   ::close(out[1]);
@@ -268,7 +274,8 @@ std::variant<SlurmAllocation, int> allocation_of_job(const std::string& job) {
 }
 
 std::variant<std::string, int> find_launcher(const char* what) {
-  const std::string name = getenv_str("SONDE_SRUN").empty() ? "srun" : getenv_str("SONDE_SRUN");
+  const char* srun = program_env("SONDE_SRUN");  // ignored under AT_SECURE
+  const std::string name = srun ? srun : "srun";
   std::string path = find_program(name);
   if (path.empty()) {
     print_error(fmt::format(

@@ -1,5 +1,7 @@
 #include "core/setup.hpp"
 
+#include "core/trust.hpp"
+
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -8,8 +10,8 @@ namespace sonde {
 
 Roots roots_from_env() {
   Roots r;
-  if (const char* p = std::getenv("SONDE_PROC_ROOT"); p && *p) r.proc = p;
-  if (const char* s = std::getenv("SONDE_SYS_ROOT"); s && *s) r.sys = s;
+  if (const char* p = program_env("SONDE_PROC_ROOT")) r.proc = p;
+  if (const char* s = program_env("SONDE_SYS_ROOT")) r.sys = s;
   return r;
 }
 

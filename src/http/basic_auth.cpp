@@ -11,10 +11,13 @@
 #include <fmt/format.h>
 
 #include "core/fs.hpp"
+#include "core/trust.hpp"
 
 namespace sonde::http {
 
 namespace {
+
+constexpr std::size_t kMaxAuthFileBytes = std::size_t{1} << 20;
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -66,22 +69,11 @@ bool base64_decode(std::string_view in, std::string& out) {
 }
 
 Result<BasicAuth> BasicAuth::load(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return make_error(Errc::config,
-                      fmt::format("--basic-auth-file {}: {}", path, std::strerror(errno)));
-  if (!S_ISREG(st.st_mode))
-    return make_error(Errc::config, fmt::format("--basic-auth-file {}: not a regular file", path));
-  if (st.st_mode & (S_IROTH | S_IWOTH | S_IWGRP))
-    return make_error(Errc::config,
-                      fmt::format("--basic-auth-file {}: refused: it is {} (mode {:o}); run chmod "
-                                  "600 on it",
-                                  path,
-                                  (st.st_mode & S_IROTH)   ? "readable by others"
-                                  : (st.st_mode & S_IWOTH) ? "writable by others"
-                                                           : "writable by its group",
-                                  st.st_mode & 07777));
-  auto text = read_file(path);
+  // Opened once, checked on the descriptor (owner, mode, every directory above it) and read
+  // from it: never checked by name and reopened.
+  auto fd = open_private(path, "--basic-auth-file");
+  if (!fd) return make_error(Errc::config, fd.error().message);
+  auto text = read_trusted(*fd, path, kMaxAuthFileBytes);
   if (!text)
     return make_error(Errc::config, fmt::format("--basic-auth-file: {}", text.error().message));
   return parse(*text, path);

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -28,6 +29,7 @@
 #include <fmt/format.h>
 
 #include "core/fs.hpp"
+#include "core/trust.hpp"
 
 namespace sonde::http {
 
@@ -101,35 +103,36 @@ std::string ssl_error_text() {
   return colon == std::string::npos || colon + 1 >= text.size() ? text : text.substr(colon + 1);
 }
 
-/// The private key must stay private: a regular file neither others nor its group can write,
-/// and others cannot read (a group that may read it, like Debian's ssl-cert, is fine).
-Result<void> check_key_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return make_error(Errc::config, fmt::format("--tls-key {}: {}", path, std::strerror(errno)));
-  if (!S_ISREG(st.st_mode))
-    return make_error(Errc::config, fmt::format("--tls-key {}: not a regular file", path));
-  if (st.st_mode & (S_IROTH | S_IWOTH | S_IWGRP))
-    return make_error(
-        Errc::config,
-        fmt::format("--tls-key {}: refused: the private key is {} (mode {:o}); run chmod 600 on "
-                    "it",
-                    path,
-                    (st.st_mode & S_IROTH)   ? "readable by others"
-                    : (st.st_mode & S_IWOTH) ? "writable by others"
-                                             : "writable by its group",
-                    st.st_mode & 07777));
-  return {};
+constexpr std::size_t kMaxPemBytes = std::size_t{1} << 20;
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+
+/// The contents of a PEM file, opened once and checked on its descriptor under the trust rule
+/// (docs/security.md); the private key also unreadable by others (a group that may read it,
+/// like Debian's ssl-cert, is fine).
+Result<std::string> read_pem(const std::string& path, const char* option, bool secret) {
+  auto fd = secret ? open_private(path, option) : open_trusted(path, option, TrustUse::read);
+  if (!fd) {
+    // "--tls-key /k: No such file or directory" rather than "cannot read --tls-key /k: ...".
+    std::string msg = fd.error().message;
+    if (msg.rfind("cannot read ", 0) == 0) msg = msg.substr(12);
+    return make_error(Errc::config, msg);
+  }
+  auto text = read_trusted(*fd, path, kMaxPemBytes);
+  if (!text) return make_error(Errc::config, fmt::format("{}: {}", option, text.error().message));
+  return text;
 }
 
 /// A server context for `tls`: TLS 1.2+, no session tickets (nothing to resume on a metrics
-/// endpoint), no passphrase prompt.
+/// endpoint), no passphrase prompt. The certificate chain and key are parsed from the text read
+/// from the checked descriptors, never opened by name again.
 Result<std::unique_ptr<SSL_CTX, SslCtxFree>> make_tls_context(const TlsFiles& tls) {
-  struct stat st {};
-  if (::stat(tls.cert_file.c_str(), &st) != 0)
-    return make_error(Errc::config,
-                      fmt::format("--tls-cert {}: {}", tls.cert_file, std::strerror(errno)));
-  if (auto ok = check_key_file(tls.key_file); !ok) return ok.error();
+  auto cert_pem = read_pem(tls.cert_file, "--tls-cert", false);
+  if (!cert_pem) return cert_pem.error();
+  auto key_pem = read_pem(tls.key_file, "--tls-key", true);
+  if (!key_pem) return key_pem.error();
   ERR_clear_error();
   std::unique_ptr<SSL_CTX, SslCtxFree> ctx(SSL_CTX_new(TLS_server_method()));
   if (!ctx) return make_error(Errc::io, "TLS: " + ssl_error_text());
@@ -139,19 +142,46 @@ Result<std::unique_ptr<SSL_CTX, SslCtxFree>> make_tls_context(const TlsFiles& tl
   SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                                   SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_default_passwd_cb(ctx.get(), [](char*, int, int, void*) { return 0; });
-  if (SSL_CTX_use_certificate_chain_file(ctx.get(), tls.cert_file.c_str()) != 1)
-    return make_error(Errc::config,
-                      fmt::format("--tls-cert {}: expected a PEM certificate (chain): {}",
-                                  tls.cert_file, ssl_error_text()));
-  if (SSL_CTX_use_PrivateKey_file(ctx.get(), tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-    const std::string why = ssl_error_text();
-    if (why.find("mismatch") != std::string::npos)  // OpenSSL compares it with the certificate
+  const auto no_pass = [](char*, int, int, void*) { return 0; };
+  {
+    std::unique_ptr<BIO, BioFree> bio(
+        BIO_new_mem_buf(cert_pem->data(), static_cast<int>(cert_pem->size())));
+    X509* leaf = bio ? PEM_read_bio_X509_AUX(bio.get(), nullptr, no_pass, nullptr) : nullptr;
+    const bool ok = leaf != nullptr && SSL_CTX_use_certificate(ctx.get(), leaf) == 1;
+    X509_free(leaf);
+    if (!ok)
       return make_error(Errc::config,
-                        fmt::format("--tls-key {}: does not match the certificate in {} ({})",
-                                    tls.key_file, tls.cert_file, why));
-    return make_error(Errc::config,
-                      fmt::format("--tls-key {}: expected an unencrypted PEM private key: {}",
-                                  tls.key_file, why));
+                        fmt::format("--tls-cert {}: expected a PEM certificate (chain): {}",
+                                    tls.cert_file, ssl_error_text()));
+    // The rest of the chain, as SSL_CTX_use_certificate_chain_file reads it.
+    while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, no_pass, nullptr)) {
+      if (SSL_CTX_add0_chain_cert(ctx.get(), ca) != 1) {
+        X509_free(ca);
+        return make_error(Errc::config,
+                          fmt::format("--tls-cert {}: expected a PEM certificate (chain): {}",
+                                      tls.cert_file, ssl_error_text()));
+      }
+    }
+    ERR_clear_error();  // the end of the chain reads as "no start line"
+  }
+  {
+    std::unique_ptr<BIO, BioFree> bio(
+        BIO_new_mem_buf(key_pem->data(), static_cast<int>(key_pem->size())));
+    EVP_PKEY* key = bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, no_pass, nullptr) : nullptr;
+    const bool ok = key != nullptr && SSL_CTX_use_PrivateKey(ctx.get(), key) == 1;
+    EVP_PKEY_free(key);
+    // The key text is not kept in sonde's memory longer than needed.
+    OPENSSL_cleanse(key_pem->data(), key_pem->size());
+    if (!ok) {
+      const std::string why = ssl_error_text();
+      if (why.find("mismatch") != std::string::npos)  // OpenSSL compares it with the certificate
+        return make_error(Errc::config,
+                          fmt::format("--tls-key {}: does not match the certificate in {} ({})",
+                                      tls.key_file, tls.cert_file, why));
+      return make_error(Errc::config,
+                        fmt::format("--tls-key {}: expected an unencrypted PEM private key: {}",
+                                    tls.key_file, why));
+    }
   }
   if (SSL_CTX_check_private_key(ctx.get()) != 1)
     return make_error(Errc::config,

@@ -39,12 +39,12 @@ std::string describe_status(int wstatus) {
   return "stopped";
 }
 
-// The executable execve should run: argv0 itself when it has a slash, else the first match in
-// PATH (resolved here, before fork, so that the child only makes async-signal-safe calls).
+// The executable to check and run: argv0 itself when it has a slash, else the first match in
+// PATH (kSecurePath under AT_SECURE), resolved here, before fork, so that the child only makes
+// async-signal-safe calls.
 Result<std::string> resolve_executable(const std::string& argv0) {
   if (argv0.find('/') != std::string::npos) return argv0;
-  const char* env_path = std::getenv("PATH");
-  const std::string path = env_path && *env_path ? env_path : "/usr/local/bin:/usr/bin:/bin";
+  const std::string path = program_search_path();
   std::size_t start = 0;
   while (start <= path.size()) {
     const auto colon = path.find(':', start);
@@ -59,6 +59,13 @@ Result<std::string> resolve_executable(const std::string& argv0) {
   return make_error(Errc::unavailable, fmt::format("cannot run '{}': not found in PATH", argv0));
 }
 
+// Where the child's descriptors go: 0-2 the pipes, then these (fixed, so that the script's
+// /dev/fd/N name is known before fork).
+constexpr int kReportFd = 3;
+constexpr int kExeFd = 4;
+constexpr int kScriptFd = 5;
+constexpr int kFirstFree = 6;
+
 }  // namespace
 
 Result<std::unique_ptr<ChildProcess>> ChildProcess::start(const SpawnSpec& spec) {
@@ -66,24 +73,37 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(const SpawnSpec& spec)
     return make_error(Errc::unavailable, "empty command");
   auto found = resolve_executable(spec.argv[0]);
   if (!found) return found.error();
-  // The program runs with sonde's privileges: the file it resolves to must pass the trust rules
-  // (docs/security.md), at every start and restart, and that checked file is what is executed
-  // (argv[0] stays as given).
+  // The program runs with sonde's privileges: every component of its path, the file and a
+  // script's interpreter must pass the trust rules (docs/security.md), at every start and
+  // restart, and the descriptor that was checked is what is executed (argv[0] stays as given).
   auto exe = trusted_program(*found);
   if (!exe) return exe.error();
 
   // Everything the child needs is prepared before fork: it may only make async-signal-safe calls.
+  // A script runs as its checked interpreter with the checked script as /dev/fd/kScriptFd.
+  std::vector<std::string> args;
+  if (exe->script) {
+    args = exe->interpreter;
+    args.push_back(fmt::format("/dev/fd/{}", kScriptFd));
+    args.insert(args.end(), spec.argv.begin() + 1, spec.argv.end());
+  }
   std::vector<char*> argv;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : exe->script ? args : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  const int exe_fd = exe->exe.get();
+  const int script_fd = exe->script ? exe->script.get() : -1;
   std::vector<std::string> env_strings;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
     const auto eq = kv.find('=');
-    if (eq != std::string_view::npos && spec.env.count(std::string(kv.substr(0, eq)))) continue;
+    if (eq != std::string_view::npos &&
+        (spec.env.count(std::string(kv.substr(0, eq))) || kv.substr(0, eq) == "SONDE_SCRIPT"))
+      continue;
     env_strings.emplace_back(kv);
   }
   for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
+  // A script sees itself as /dev/fd/N ($0): where it was checked is said here.
+  if (exe->script) env_strings.push_back("SONDE_SCRIPT=" + exe->real);
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -118,21 +138,28 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(const SpawnSpec& spec)
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    // Everything is first moved above 2 (sonde may run with 0, 1 or 2 closed, so that a pipe
-    // end could sit where another one must go), then put in place; dup2 clears close-on-exec.
-    const int report = ::fcntl(status[1].get(), F_DUPFD_CLOEXEC, 3);
-    const int moved[3] = {::fcntl(in[0].get(), F_DUPFD_CLOEXEC, 3),
-                          ::fcntl(out[1].get(), F_DUPFD_CLOEXEC, 3),
-                          ::fcntl(err[1].get(), F_DUPFD_CLOEXEC, 3)};
+    // Everything is first moved above the fixed places (sonde may run with 0, 1 or 2 closed, so
+    // that a pipe end could sit where another one must go), then put in place: dup2 clears
+    // close-on-exec (the pipes, the script), dup3 keeps it (the status pipe, which exec closes,
+    // and the program's descriptor).
+    const int moved[6] = {::fcntl(in[0].get(), F_DUPFD_CLOEXEC, kFirstFree),
+                          ::fcntl(out[1].get(), F_DUPFD_CLOEXEC, kFirstFree),
+                          ::fcntl(err[1].get(), F_DUPFD_CLOEXEC, kFirstFree),
+                          ::fcntl(status[1].get(), F_DUPFD_CLOEXEC, kFirstFree),
+                          ::fcntl(exe_fd, F_DUPFD_CLOEXEC, kFirstFree),
+                          script_fd < 0 ? -1 : ::fcntl(script_fd, F_DUPFD_CLOEXEC, kFirstFree)};
+    const int report = kReportFd;
+    if (moved[3] < 0 || ::dup3(moved[3], kReportFd, O_CLOEXEC) < 0) ::_exit(127);
     for (int fd = 0; fd < 3; ++fd)
       if (moved[fd] < 0 || ::dup2(moved[fd], fd) < 0) ::_exit(127);
-#ifdef SYS_close_range
-    // Nothing else of sonde's reaches the plugin (all of it should be close-on-exec anyway),
-    // except the status pipe, which exec closes.
-    if (report > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(report - 1), 0u);
-    ::syscall(SYS_close_range, static_cast<unsigned>(report + 1), ~0u, 0u);
-#endif
-    ::execve(exe->c_str(), argv.data(), envp.data());
+    if (moved[4] < 0 || ::dup3(moved[4], kExeFd, O_CLOEXEC) < 0) ::_exit(127);
+    if (script_fd >= 0 && (moved[5] < 0 || ::dup2(moved[5], kScriptFd) < 0)) ::_exit(127);
+    // Nothing else of sonde's reaches the plugin (all of it should be close-on-exec anyway).
+    ::syscall(SYS_close_range, static_cast<unsigned>(script_fd >= 0 ? kFirstFree : kScriptFd), ~0u,
+              0u);
+    // What was checked is what runs: the descriptor, not the path (looked up again, it could
+    // name another file by now).
+    ::syscall(SYS_execveat, kExeFd, "", argv.data(), envp.data(), AT_EMPTY_PATH);
     const int e = errno;
     (void)!::write(report, &e, sizeof e);
     ::_exit(127);

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/json_text.hpp"
+#include "core/trust.hpp"
 #include "plugins/plugins.hpp"
 #include "plugins/protocol.hpp"
 
@@ -43,8 +44,8 @@ struct Hosted {
 };
 
 json setup(const std::string& path, const json& msg, Hosted& h) {
-  if (const char* p = std::getenv("SONDE_PROC_ROOT"); p && *p) h.roots.proc = p;
-  if (const char* s = std::getenv("SONDE_SYS_ROOT"); s && *s) h.roots.sys = s;
+  if (const char* p = program_env("SONDE_PROC_ROOT")) h.roots.proc = p;
+  if (const char* s = program_env("SONDE_SYS_ROOT")) h.roots.sys = s;
   CollectorArgs& a = h.args;
   a.name = msg.value("name", std::string("plugin"));
   a.roots = &h.roots;

@@ -53,9 +53,10 @@ int run_plugin_host(const std::string& path);
 
 // ---- trust (src/plugins/trust.cpp) ----
 
-/// Opens a plugin file for loading after checking it and its directory: no symbolic link
-/// (O_NOFOLLOW), a regular file, owned by root or the invoking user, not writable by group or
-/// others; the same for the directory that holds it. Returns the open fd (close-on-exec).
+/// Opens a plugin file for loading after walking its path from "/" under the trust rule for
+/// code (core/trust.hpp, TrustUse::run): no symbolic link as its last component, a regular file,
+/// it and every directory above it owned by root or the invoking user and writable by nobody
+/// else (sticky or not). Returns the open fd (close-on-exec): what was checked is what loads.
 Result<int> open_trusted(const std::string& path);
 
 }  // namespace sonde::plugins

@@ -95,27 +95,23 @@ TargetFactory python_factory() {
                                         args.name, target));
         auto dir = python_dir();
         if (!dir) return dir.error();
-        std::vector<std::string> path_dirs = {*dir};
-        const char* existing = elevated_privileges() ? nullptr : std::getenv("PYTHONPATH");
-        if (existing && *existing)
+        std::vector<std::string> candidates = {*dir};
+        if (const char* existing = program_env("PYTHONPATH"))
           for (std::string_view rest = existing; !rest.empty();) {
             const auto colon = rest.find(':');
-            if (colon != 0) path_dirs.emplace_back(rest.substr(0, colon));
+            if (colon != 0) candidates.emplace_back(rest.substr(0, colon));
             rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
           }
-        // The current directory is searched only when it passes the trust rules: root running
-        // sonde in another user's directory must not import that user's modules.
-        std::error_code ec;
-        const auto cwd = fs::current_path(ec);
-        struct stat cwd_st {};
-        if (!ec && ::stat(cwd.c_str(), &cwd_st) == 0 && untrusted_reason(cwd_st, "").empty())
-          path_dirs.push_back(cwd.string());
-        if (auto checked = check_python_module(what, path_dirs); !checked) return checked.error();
+        // The import path is built here, only of directories that pass the rule for code
+        // (docs/security.md): never the current directory, never one others can write, sticky
+        // or not (a json.py there would be imported by the bridge itself). One that does not
+        // exist is skipped, as Python skips it.
+        auto path_dirs = trusted_python_path(candidates);
+        if (!path_dirs) return path_dirs.error();
+        if (auto checked = check_python_module(what, *path_dirs); !checked) return checked.error();
         SpawnSpec spec;
-        spec.argv = {python_interpreter(), "-m", "sonde_plugin.runner", what};
-        spec.env["PYTHONPATH"] = fmt::format("{}", fmt::join(path_dirs, ":"));
-        // Python >= 3.11: no current directory first in sys.path (what -m would add).
-        spec.env["PYTHONSAFEPATH"] = "1";
+        spec.argv = python_runner_argv(what);
+        spec.env["SONDE_PYTHON_PATH"] = fmt::format("{}", fmt::join(*path_dirs, ":"));
         spec.name = args.name;
         return make_child_collector(std::move(spec), "python", what, args, {});
       }};

@@ -34,7 +34,7 @@ bool has_bridge(const fs::path& dir) {
 
 Result<std::string> python_dir() {
   if (!elevated_privileges()) {
-    if (const char* d = std::getenv("SONDE_PYTHON_DIR"); d && *d) {
+    if (const char* d = program_env("SONDE_PYTHON_DIR")) {
       if (!has_bridge(d))
         return make_error(Errc::unavailable,
                           fmt::format("SONDE_PYTHON_DIR={} has no sonde_plugin/runner.py", d));
@@ -55,7 +55,7 @@ Result<std::string> python_dir() {
 
 std::string python_interpreter() {
   if (!elevated_privileges())
-    if (const char* p = std::getenv("SONDE_PYTHON"); p && *p) return p;
+    if (const char* p = program_env("SONDE_PYTHON")) return p;
   return "/usr/bin/python3";
 }
 
@@ -67,6 +67,33 @@ bool is_python_identifier(std::string_view s) {
   });
 }
 
+Result<std::vector<std::string>> trusted_python_path(const std::vector<std::string>& candidates) {
+  std::vector<std::string> out;
+  for (const std::string& d : candidates) {
+    auto walked = walk_trusted(d, "python path directory", TrustUse::run, /*follow_last=*/true);
+    if (!walked) {
+      if (walked.error().code == Errc::io) continue;  // missing or unreachable: Python skips it
+      return make_error(Errc::unavailable, walked.error().message);
+    }
+    if (!S_ISDIR(walked->st.st_mode)) continue;
+    // The resolved path: a relative entry (PYTHONPATH=examples/x) means what it meant here.
+    if (std::find(out.begin(), out.end(), walked->real) == out.end()) out.push_back(walked->real);
+  }
+  return out;
+}
+
+std::vector<std::string> python_runner_argv(const std::string& what) {
+  // -I rather than PYTHONPATH: the interpreter then reads no PYTHON* variable and puts neither
+  // the current directory nor a script's directory on sys.path; only the directories checked
+  // above are added, in front (as PYTHONPATH would be).
+  static constexpr const char* kBootstrap =
+      "import os, sys\n"
+      "sys.path[:0] = [d for d in os.environ.get('SONDE_PYTHON_PATH', '').split(':') if d]\n"
+      "import runpy\n"
+      "runpy.run_module('sonde_plugin.runner', run_name='__main__', alter_sys=True)\n";
+  return {python_interpreter(), "-I", "-c", kBootstrap, what};
+}
+
 Result<void> check_python_module(const std::string& what, const std::vector<std::string>& dirs) {
   std::string rel = what.substr(0, what.rfind('.'));
   std::replace(rel.begin(), rel.end(), '.', '/');
@@ -74,7 +101,7 @@ Result<void> check_python_module(const std::string& what, const std::vector<std:
     for (const std::string& candidate : {d + "/" + rel + ".py", d + "/" + rel + "/__init__.py"}) {
       struct stat st {};
       if (::lstat(candidate.c_str(), &st) != 0) continue;
-      auto fd = sonde::open_trusted(candidate, "python module");
+      auto fd = sonde::open_trusted(candidate, "python module", TrustUse::run);
       if (!fd) return make_error(Errc::unavailable, fd.error().message);
       UniqueFd checked(*fd);  // only the checks matter here
       return {};

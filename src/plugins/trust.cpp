@@ -7,7 +7,7 @@
 namespace sonde::plugins {
 
 Result<int> open_trusted(const std::string& path) {
-  auto fd = sonde::open_trusted(path, "plugin");
+  auto fd = sonde::open_trusted(path, "plugin", TrustUse::run);
   if (!fd && fd.error().code == Errc::io) return make_error(Errc::unavailable, fd.error().message);
   return fd;
 }

@@ -304,12 +304,14 @@ TEST(HostileConfig, PythonCollectorImportsNothingUntrusted) {
   EXPECT_FALSE(fs::exists(marker)) << read_file(marker) << r.err;
   EXPECT_NE(r.err.find("collector 'evil' is unavailable"), std::string::npos) << r.err;
 
-  // A trusted directory is searched, but a module file in it that others can write is refused.
+  // A trusted directory on PYTHONPATH is searched, but a module file in it that others can
+  // write is refused; the current directory is never searched, trusted or not.
   const fs::path own = scratch_dir("own");
   write(own / "evilmod.py", touch, 0666);
+  o.env.back().second += ":" + own.string();
   argv = record_system(scratch_dir("out2") / "run");
   argv.insert(argv.end(), {"--config", cfg.string()});
-  const auto w = run_command(in_dir(own, argv), o);
+  const auto w = run_command(in_dir(scratch_dir("cwd"), argv), o);
   EXPECT_EQ(w.status, 0) << w.describe();
   EXPECT_FALSE(fs::exists(marker)) << read_file(marker);
   EXPECT_NE(w.err.find("refusing python module " + (own / "evilmod.py").string() +

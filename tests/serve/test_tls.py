@@ -262,3 +262,44 @@ def test_basic_auth_over_tls(certs, tmp_path):
     users.write_text("alice:not-a-digest\n")
     r = run_serve("--basic-auth-file", str(users))
     assert r.returncode == 2 and f"{users}:1: expected 'USER:SHA256'" in r.stderr, r.stderr
+
+
+def test_secrets_under_the_trust_rule(certs, tmp_path):
+    """Issue 21, finding 4: the key, the certificate and the password file pass the trust rule on
+    the descriptor they are read from (owner, mode, every directory above them); basic auth
+    without TLS is said on stderr."""
+    cert, key = certs["cert"], certs["key"]
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    for name, src in (("k.key", key), ("c.crt", cert)):
+        shutil.copy(src, open_dir / name)
+        os.chmod(open_dir / name, 0o600)
+    r = run_serve("--tls-cert", cert, "--tls-key", str(open_dir / "k.key"))
+    assert r.returncode == 2, r.stderr
+    assert f"refusing --tls-key {open_dir}/k.key: its directory is writable by others" in r.stderr
+    r = run_serve("--tls-cert", str(open_dir / "c.crt"), "--tls-key", key)
+    assert r.returncode == 2, r.stderr
+    assert f"refusing --tls-cert {open_dir}/c.crt: its directory is writable by others" in r.stderr
+    if os.geteuid() == 0:  # a key (mode 600) owned by another user
+        theirs = tmp_path / "theirs.key"
+        shutil.copy(key, theirs)
+        os.chmod(theirs, 0o600)
+        os.chown(theirs, 4242, 4242)
+        r = run_serve("--tls-cert", cert, "--tls-key", str(theirs))
+        assert r.returncode == 2, r.stderr
+        assert "its file is owned by uid 4242" in r.stderr, r.stderr
+    users = tmp_path / "users"
+    digest = subprocess.run(["sha256sum"], input="secret", capture_output=True, text=True,
+                            check=True).stdout.split()[0]
+    users.write_text(f"alice:{digest}\n")
+    os.chmod(users, 0o600)
+    proc = subprocess.Popen([SONDE, "serve", "--listen", "127.0.0.1:0", "--basic-auth-file",
+                             str(users)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stderr.readline(), proc.stderr.readline()]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert any("warning: --basic-auth-file without --tls-cert/--tls-key" in l for l in lines), lines

@@ -453,8 +453,11 @@ std::unique_ptr<Collector> make_exec(const std::string& command_yaml, double dea
   return made ? std::move(*made) : nullptr;
 }
 
+// Beside the test binary, not in /tmp: programs are started only from directories nobody else
+// can write, sticky ones included (docs/security.md).
 fs::path temp_dir() {
-  std::string tmpl = (fs::temp_directory_path() / "sonde-process-host-XXXXXX").string();
+  std::string tmpl =
+      (fs::read_symlink("/proc/self/exe").parent_path() / "sonde-process-host-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   return tmpl;
 }
