@@ -121,6 +121,11 @@ TEST(HostileSqlite, AnotherUsersFileIsReadUnderADeadline) {
   const fs::path dir = scratch_dir();
   ::chmod(dir.c_str(), 0755);
   const fs::path db = recorded_db(dir);
+  // Enough rows that reading them takes more than the progress handler's step.
+  tamper(db,
+         "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 20000) "
+         "INSERT INTO samples (run_id, node, level, tick, time, wallclock, vals) "
+         "SELECT 1, '', 'process', 1000 + x, x, x, '[]' FROM c;");
   ASSERT_EQ(::chown(db.c_str(), other->uid, other->gid), 0);
   RunOptions o;
   o.timeout_s = 30;
