@@ -18,6 +18,7 @@ struct PidReading {
   int ppid = 0;
   std::uint64_t cminflt = 0;  ///< waited-for children's minor faults: grows when it reaps one
   std::string comm;
+  std::uint64_t start_stack = 0;  ///< stat's startstack: changes on exec (see procfs::PidStat)
 };
 
 /// The pids under `proc_root` (replaces `out`'s contents).

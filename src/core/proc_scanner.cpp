@@ -222,6 +222,7 @@ std::optional<PidReading> read_pid(const std::string& proc_root, int pid) {
   r.rss_bytes = st->rss_pages * page;
   r.ppid = st->ppid;
   r.cminflt = st->cminflt;
+  r.start_stack = st->start_stack;
   // statm's resident field is exact (stat's rss is per-CPU-batched, see procfs::PidStat).
   if (auto statm = read_file(dir + "/statm"))
     if (auto m = procfs::parse_pid_statm(*statm)) r.rss_bytes = m->resident_pages * page;

@@ -152,6 +152,9 @@ Result<PidStat> parse_pid_stat(std::string_view text) {
       case 24:
         if (!to_num(tok, st.rss_pages)) return fail(field, "rss", tok);
         break;
+      case 28:
+        if (!to_num(tok, st.start_stack)) return fail(field, "startstack", tok);
+        break;
       case 39:
         if (!to_num(tok, st.processor)) return fail(field, "processor", tok);
         break;

@@ -28,7 +28,10 @@ struct PidStat {
   long num_threads = 0;
   std::uint64_t starttime_ticks = 0;  ///< since boot
   std::uint64_t rss_pages = 0;        ///< approximate on Linux >= 6.2 (per-CPU batched): use statm
-  int processor = -1;                 ///< CPU last run on (field 39); -1 when absent
+  /// Bottom of the stack (field 28): placed anew (randomized) by each execve, so a change tells
+  /// an exec; 0 where the reader may not ptrace the process.
+  std::uint64_t start_stack = 0;
+  int processor = -1;  ///< CPU last run on (field 39); -1 when absent
 };
 Result<PidStat> parse_pid_stat(std::string_view text);
 

@@ -45,8 +45,12 @@ struct Family {
   std::vector<Sample> samples;
 };
 
-/// Escapes a label value: backslash, double quote and newline.
+/// Escapes a label value: backslash, double quote and newline; each byte that is not part of
+/// valid UTF-8 becomes U+FFFD (the formats are UTF-8: one such byte makes a scraper or promtool
+/// reject the whole page).
 std::string escape_label_value(std::string_view v);
+/// Whether `v` is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool is_utf8(std::string_view v);
 /// Escapes HELP text (backslash and newline; OpenMetrics also double quote).
 std::string escape_help(std::string_view v, Format f);
 /// A valid metric-name part: lower case, [a-z0-9_], no leading digit, no repeated '_'.

@@ -11,11 +11,13 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <set>
 #include <unordered_set>
 
 #include "core/clock.hpp"
 #include "core/pid_reads.hpp"
 #include "core/procfs.hpp"
+#include "sinks/prometheus.hpp"
 
 namespace sonde::prom {
 
@@ -258,7 +260,10 @@ JobEnvironment job_environment(std::string_view environ_text) {
 struct OwnerAggregator::Now {
   OwnerSeries series;
   Accum delta;
-  std::map<std::uint32_t, std::size_t> uids;  ///< processes per uid (a job's user)
+  bool cgroup = false;  ///< one of its processes is in its job cgroup
+  /// Its oldest process that is not root's (slurmstepd is root's, and in the job's cgroup).
+  std::uint64_t oldest_start = std::numeric_limits<std::uint64_t>::max();
+  std::optional<std::uint32_t> owner;
   const JobFacts* facts = nullptr;
   std::vector<const JobGpuUse*> gpus;
 };
@@ -276,8 +281,75 @@ void add_known(double& to, double v) {
 
 }  // namespace
 
+void OwnerAggregator::admit(Table& t, std::map<std::string, Now>& now, bool jobs) {
+  std::vector<KeyState*> fresh;
+  for (auto& [key, n] : now) {
+    auto [it, inserted] = t.keys.try_emplace(key);
+    KeyState& k = it->second;
+    // The owner, once known, stays: more processes of another uid do not change it.
+    if (jobs && !k.owner) k.owner = n.owner;
+    if (!inserted || key == kOther) continue;
+    k.seq = t.next_seq++;
+    k.claim = jobs && !n.cgroup;
+    fresh.push_back(&k);
+  }
+  if (fresh.empty()) return;
+  // Jobs of a job cgroup first (no user can make one), then claims.
+  std::stable_sort(fresh.begin(), fresh.end(),
+                   [](const KeyState* a, const KeyState* b) { return !a->claim && b->claim; });
+  std::map<std::uint32_t, std::size_t> held;  ///< claims with their own series, per owner
+  std::set<std::uint32_t> claimants;          ///< owners of the claims now
+  std::size_t cgroup_own = 0;
+  for (const auto& [key, k] : t.keys) {
+    if (k.claim) {
+      claimants.insert(k.owner.value_or(0));
+      if (k.own) ++held[k.owner.value_or(0)];
+    } else if (k.own) {
+      ++cgroup_own;
+    }
+  }
+  // Frees a series: the newest claim of the owner holding the most, when they hold more than
+  // `above`. That series ends; the key's later figures go to "other" (monotonic).
+  auto demote = [&](std::size_t above) {
+    auto most = std::max_element(held.begin(), held.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (most == held.end() || most->second <= above) return false;
+    KeyState* newest = nullptr;
+    for (auto& [key, k] : t.keys)
+      if (k.own && k.claim && k.owner.value_or(0) == most->first &&
+          (!newest || k.seq > newest->seq))
+        newest = &k;
+    if (!newest) return false;
+    newest->own = false;
+    --t.own;
+    --most->second;
+    return true;
+  };
+  for (KeyState* k : fresh) {
+    if (!k->claim) {
+      if (t.own < max_series_ || demote(0)) {
+        k->own = true;
+        ++t.own;
+        ++cgroup_own;
+      }
+      continue;
+    }
+    // A free series goes to any claim; when none is free, an owner under their fair share of
+    // what the cgroup jobs leave takes one from the owner holding the most.
+    const std::size_t left = max_series_ > cgroup_own ? max_series_ - cgroup_own : 0;
+    const std::size_t share = std::max<std::size_t>(1, left / claimants.size());
+    std::size_t& mine = held[k->owner.value_or(0)];
+    if (t.own < max_series_ || (mine < share && demote(share))) {
+      k->own = true;
+      ++t.own;
+      ++mine;
+    }
+  }
+}
+
 void OwnerAggregator::fold(Table& t, std::map<std::string, Now>& now, std::vector<OwnerSeries>& out,
-                           std::size_t& folded, bool jobs) {
+                           std::size_t& folded, bool jobs,
+                           const std::function<std::string(std::uint32_t)>& user_name) {
   // Keys without a process left are released (their series end); new keys get a series while
   // there is room.
   for (auto it = t.keys.begin(); it != t.keys.end();) {
@@ -288,6 +360,7 @@ void OwnerAggregator::fold(Table& t, std::map<std::string, Now>& now, std::vecto
       ++it;
     }
   }
+  admit(t, now, jobs);
   out.clear();
   folded = 0;
   OwnerSeries other;
@@ -295,12 +368,7 @@ void OwnerAggregator::fold(Table& t, std::map<std::string, Now>& now, std::vecto
   std::map<int, GpuSeries> other_gpus;
   bool other_now = false;
   for (auto& [key, n] : now) {
-    auto [it, inserted] = t.keys.try_emplace(key);
-    KeyState& k = it->second;
-    if (inserted && key != kOther && t.own < max_series_) {
-      k.own = true;
-      ++t.own;
-    }
+    KeyState& k = t.keys[key];
     // The cgroup's per-CPU time: whole when first seen, then its growth.
     if (jobs) {
       std::map<int, double> seen;
@@ -325,6 +393,9 @@ void OwnerAggregator::fold(Table& t, std::map<std::string, Now>& now, std::vecto
       OwnerSeries s = std::move(n.series);
       s.cpu_seconds_total = acc.cpu;
       if (jobs) {
+        // The job's user: its cgroup's uid_<u>, else its owner (root's when every process of
+        // it is: slurmstepd before the job's first task).
+        s.user = user_name(n.facts && n.facts->uid ? *n.facts->uid : k.owner.value_or(0));
         s.io_read_bytes_total = acc.io_read;
         s.io_written_bytes_total = acc.io_write;
         if (n.facts) {
@@ -446,33 +517,23 @@ const OwnerUsage& OwnerAggregator::update(
       Now& j = add(jobs_now, *p.job);
       j.delta.io_read += io_r;
       j.delta.io_write += io_w;
-      ++j.uids[p.uid];
+      if (p.job_source == JobSource::cgroup) j.cgroup = true;
+      if (p.uid != 0 && p.starttime_ticks < j.oldest_start) {
+        j.oldest_start = p.starttime_ticks;
+        j.owner = p.uid;
+      }
     }
   }
   prev_ = std::move(next);
-  if (users_) fold(user_table_, users_now, usage_.users, usage_.users_folded, false);
+  if (users_) fold(user_table_, users_now, usage_.users, usage_.users_folded, false, user_name);
   if (jobs_) {
     for (auto& [job, n] : jobs_now) {
       auto f = facts.find(job);
       if (f != facts.end()) n.facts = &f->second;
-      // The job's user: its cgroup's uid_<u>, else the uid most of its processes have (root's
-      // only when every process is root's: slurmstepd is in the job's cgroup too).
-      std::uint32_t uid = 0;
-      if (n.facts && n.facts->uid) {
-        uid = *n.facts->uid;
-      } else {
-        std::size_t best = 0;
-        for (const auto& [u, count] : n.uids)
-          if (u != 0 && count > best) {
-            best = count;
-            uid = u;
-          }
-      }
-      n.series.user = user_name(uid);
     }
     for (const JobGpuUse& g : gpus)
       if (auto it = jobs_now.find(g.job); it != jobs_now.end()) it->second.gpus.push_back(&g);
-    fold(job_table_, jobs_now, usage_.jobs, usage_.jobs_folded, true);
+    fold(job_table_, jobs_now, usage_.jobs, usage_.jobs_folded, true, user_name);
   }
   return usage_;
 }
@@ -493,7 +554,9 @@ std::string OwnerScanner::user_name(std::uint32_t uid) {
   std::vector<char> buf(16384);
   if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found && pw.pw_name)
     name = pw.pw_name;
-  if (name == kOther) name = std::to_string(uid);  // "other" is the overflow series
+  // "other" is the overflow series; a name that is not UTF-8 (user databases allow any bytes)
+  // would be replaced in the page, and two such names could then collide: the uid instead.
+  if (name == kOther || !is_utf8(name)) name = std::to_string(uid);
   names_.emplace(uid, name);
   return name;
 }
@@ -530,16 +593,25 @@ const OwnerUsage& OwnerScanner::scan() {
     Known k;
     auto it = known_.find(pid);
     const std::string dir = roots_.proc + "/" + std::to_string(pid);
-    if (it != known_.end() && it->second.starttime_ticks == st->starttime_ticks) {
-      k = it->second;
-    } else {
-      auto uid = read_pid_uid(roots_.proc, pid);
-      if (!uid) continue;
-      k.starttime_ticks = st->starttime_ticks;
-      k.uid = *uid;
+    const bool same = it != known_.end() && it->second.starttime_ticks == st->starttime_ticks;
+    if (same) k = it->second;
+    // The uid is read every scan: a process that drops to a user (setuid) keeps its pid and
+    // start time. The job is read again when it execs (a new environment; slurmstepd's child
+    // execs the task) or changes uid.
+    auto uid = read_pid_uid(roots_.proc, pid);
+    if (!uid) continue;
+    const bool changed =
+        !same || *uid != k.uid || st->comm != k.comm || st->start_stack != k.exec_mark;
+    k.starttime_ticks = st->starttime_ticks;
+    k.uid = *uid;
+    if (changed) {
+      k.comm = st->comm;
+      k.exec_mark = st->start_stack;
       if (jobs_) {
         cgroup_text.clear();
-        k.job = slurm_job_of_process(dir, slurm_cgroups_, nullptr, &cgroup_text).job;
+        const JobAttribution a = slurm_job_of_process(dir, slurm_cgroups_, nullptr, &cgroup_text);
+        k.job = a.job;
+        k.job_source = a.source;
         if (k.job) learn_job(pid, *k.job, cgroup_text);
       }
     }
@@ -550,6 +622,7 @@ const OwnerUsage& OwnerScanner::scan() {
     r.ppid = st->ppid;
     r.cminflt = st->cminflt;
     r.job = k.job;
+    r.job_source = k.job_source;
     r.cpu_s = static_cast<double>(st->cpu_ticks) / clk_tck_;
     r.rss_bytes = st->rss_bytes;
     if (k.job) {

@@ -26,7 +26,10 @@ struct PidRecord {
   int ppid = 0;                       ///< parent when first seen (a reaped child's reaper)
   std::uint64_t cminflt = 0;          ///< grows when the process reaps a child
   std::optional<std::string> job;     ///< Slurm job id, when known
-  double cpu_s = 0;                   ///< utime + stime, seconds
+  /// Where the job came from: a job cgroup (slurmstepd's, no user can forge it) or a
+  /// SLURM_JOB_ID its owner may have set to anything (ranked after, budgeted per user).
+  JobSource job_source = JobSource::none;
+  double cpu_s = 0;  ///< utime + stime, seconds
   std::uint64_t rss_bytes = 0;
   /// /proc/<pid>/io read_bytes and write_bytes; nullopt when unreadable (then not counted).
   std::optional<std::uint64_t> io_read_bytes, io_write_bytes;
@@ -81,7 +84,13 @@ struct OwnerUsage {
 
 /// Pure aggregation over scans. A key gets its own series on first sight while fewer than
 /// `max_series` are held; later keys are folded into "other" until they have no process left
-/// (keys never move between their own series and "other", so every counter stays monotonic).
+/// (a folded key never gets its own series back, so every counter stays monotonic).
+/// Jobs: those of a job cgroup are admitted before SLURM_JOB_ID claims; claims are budgeted per
+/// owner (a fair share of the series left by the cgroup jobs), and when the series are full a
+/// cgroup job or an owner under their share takes the slot of the newest claim of the owner
+/// with the most (that series ends; its later figures go to "other"). A job's owner (its `user`
+/// label) is its cgroup's uid_<u>, else the uid of its oldest process that is not root's, kept
+/// once known: running more processes in another user's job does not change it.
 class OwnerAggregator {
  public:
   OwnerAggregator(bool users, bool jobs, std::size_t max_series);
@@ -99,7 +108,10 @@ class OwnerAggregator {
     std::map<int, double> gpu_energy;  ///< device → joules
   };
   struct KeyState {
-    bool own = false;  ///< its own series, else folded into "other"
+    bool own = false;                    ///< its own series, else folded into "other"
+    bool claim = false;                  ///< a job known only from SLURM_JOB_ID
+    std::uint64_t seq = 0;               ///< order of first sight
+    std::optional<std::uint32_t> owner;  ///< jobs: the uid of its oldest non-root process
     Accum total;
     std::map<int, double> core_prev;  ///< the cgroup's per-CPU seconds at the last scan
   };
@@ -108,10 +120,13 @@ class OwnerAggregator {
     Accum other;
     bool other_used = false;
     std::size_t own = 0;
+    std::uint64_t next_seq = 0;
   };
   struct Now;  // one scan's figures of one key
+  void admit(Table& t, std::map<std::string, Now>& now, bool jobs);
   void fold(Table& t, std::map<std::string, Now>& now, std::vector<OwnerSeries>& out,
-            std::size_t& folded, bool jobs);
+            std::size_t& folded, bool jobs,
+            const std::function<std::string(std::uint32_t)>& user_name);
 
   bool users_, jobs_;
   std::size_t max_series_;
@@ -170,9 +185,10 @@ struct JobEnvironment {
 };
 JobEnvironment job_environment(std::string_view environ_text);
 
-/// Reads every pid under `roots.proc` each scan (list_pids/read_pid): stat and statm each time
-/// (and io for processes in a job), status (uid, parent) and the Slurm job
-/// (slurm_job_of_process) once per pid; each job's cgroup files once per job.
+/// Reads every pid under `roots.proc` each scan (list_pids/read_pid): stat, statm and status
+/// (the uid) each time (and io for processes in a job); the Slurm job (slurm_job_of_process)
+/// when a pid is new, execs (comm or stat's startstack changes) or changes uid; each job's
+/// cgroup files once per job.
 class OwnerScanner {
  public:
   OwnerScanner(Roots roots, bool users, bool jobs, std::size_t max_series);
@@ -189,6 +205,9 @@ class OwnerScanner {
     std::uint32_t uid = 0;
     int ppid = 0;
     std::optional<std::string> job;
+    JobSource job_source = JobSource::none;
+    std::string comm;  ///< with exec_mark: changes when the process execs
+    std::uint64_t exec_mark = 0;
   };
   struct JobInfo {  ///< what the scanner learnt of a job from its processes
     JobCgroup cgroup;

@@ -327,3 +327,39 @@ def test_a_stuck_gpu_driver_leaves_out_only_the_gpu_series(tmp_path):
     # Once per stuck spell (a sanitizer build may add a spell of its own at the start).
     assert "the GPU driver did not answer within 0.1 s; the jobs' GPU series are left out" in err
     assert "the GPU driver answers again; the jobs' GPU series are back" in err, err
+
+
+# Seen by sonde first without a job, then execs itself into job 9401 (issue 21, finding 9: the
+# job was read once per pid and start time, so an exec kept the process' first attribution).
+EXEC_INTO_JOB = """import os, sys
+print('ready', flush=True)
+sys.stdin.readline()
+env = dict(os.environ, SLURM_JOB_ID='9401')
+os.execve(sys.executable, [sys.executable, '-c',
+          "import time\\nprint('ready', flush=True)\\ntime.sleep(600)\\n"], env)
+"""
+
+
+def test_a_process_that_execs_into_a_job_is_counted_in_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    p = subprocess.Popen([sys.executable, "-c", EXEC_INTO_JOB], env=env, stdout=subprocess.PIPE,
+                         stdin=subprocess.PIPE, text=True)
+    serve = None
+    try:
+        wait_ready(p)
+        serve = Serve("--per-job", env=dict(os.environ, XDG_CONFIG_HOME=str(tmp_path)))
+        time.sleep(3 * INTERVAL + 0.2)
+        assert not job_samples(samples(serve.scrape()), 9401)  # seen, in no job
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        wait_ready(p)
+        time.sleep(3 * INTERVAL + 0.2)
+        a = job_samples(samples(serve.scrape()), 9401)
+        assert a.get(("sonde_job_processes", "")) == 1, a
+        assert a[("user", "")] == pwd.getpwuid(os.getuid()).pw_name
+    finally:
+        p.stdin.close()
+        stop(p)
+        if serve:
+            rc, err = serve.stop()
+            assert rc == 0, err

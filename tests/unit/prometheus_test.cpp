@@ -529,5 +529,127 @@ TEST(PrometheusJobs, GpuShareAndEnergyAndOther) {
   EXPECT_EQ(u.jobs_folded, 1u);
 }
 
+// ---- Per-job series a user cannot bend (issue 21, finding 9) -------------------------------
+
+PidRecord claim(int p, std::uint32_t uid, std::string job, std::uint64_t start = 100) {
+  PidRecord r = pid(p, uid, 1, 1, std::move(job));
+  r.starttime_ticks = start;
+  r.job_source = JobSource::environment;
+  return r;
+}
+
+TEST(PrometheusJobs, FakeClaimsOfOneUserCannotFoldAnotherUsersJob) {
+  // uid 2000 claims ten job ids (SLURM_JOB_ID is theirs to set); uid 1000 runs one job.
+  OwnerAggregator agg(false, true, 5);
+  std::vector<PidRecord> pids;
+  for (int i = 0; i < 10; ++i) pids.push_back(claim(10 + i, 2000, std::to_string(1 + i)));
+  pids.push_back(claim(50, 1000, "50"));
+  const OwnerUsage& u = agg.update(pids, name_of);
+  ASSERT_NE(job(u, "50"), nullptr);
+  EXPECT_EQ(job(u, "50")->user, "u1000");
+  EXPECT_EQ(u.jobs.size(), 5u + 1);  // five series, then "other"
+  EXPECT_EQ(u.jobs_folded, 6u);      // uid 2000 keeps the series no one else needs
+
+  // The same claims first, the real job later: it takes the newest claim's series.
+  OwnerAggregator later(false, true, 5);
+  pids.pop_back();
+  later.update(pids, name_of);
+  pids.push_back(claim(50, 1000, "50"));
+  const OwnerUsage& v = later.update(pids, name_of);
+  ASSERT_NE(job(v, "50"), nullptr);
+  EXPECT_EQ(v.jobs.size(), 5u + 1);
+  EXPECT_EQ(v.jobs_folded, 6u);
+}
+
+TEST(PrometheusJobs, CgroupJobsRankBeforeClaims) {
+  OwnerAggregator agg(false, true, 3);
+  std::vector<PidRecord> pids;
+  for (int i = 0; i < 3; ++i) pids.push_back(claim(10 + i, 2000, std::to_string(1 + i)));
+  agg.update(pids, name_of);
+  PidRecord real = pid(40, 1000, 1, 1, "40");
+  real.job_source = JobSource::cgroup;
+  pids.push_back(real);
+  const OwnerUsage& u = agg.update(pids, name_of);
+  ASSERT_NE(job(u, "40"), nullptr);
+  EXPECT_EQ(u.jobs_folded, 1u);
+  // A claim's series, once folded, stays folded: "other" only grows.
+  const double other = u.jobs.back().cpu_seconds_total;
+  for (auto& r : pids) r.cpu_s += 1;
+  const OwnerUsage& v = agg.update(pids, name_of);
+  EXPECT_EQ(v.jobs.back().key, "other");
+  EXPECT_GE(v.jobs.back().cpu_seconds_total, other + 1);
+}
+
+TEST(PrometheusJobs, MoreProcessesDoNotTakeOverAJobsUser) {
+  OwnerAggregator agg(false, true, 10);
+  std::vector<PidRecord> pids{claim(1, 1000, "7", 100)};
+  agg.update(pids, name_of);
+  // uid 2000 runs three processes claiming job 7.
+  for (int i = 0; i < 3; ++i) pids.push_back(claim(2 + i, 2000, "7", 300));
+  const OwnerUsage& u = agg.update(pids, name_of);
+  ASSERT_EQ(u.jobs.size(), 1u);
+  EXPECT_EQ(u.jobs[0].user, "u1000");
+  EXPECT_DOUBLE_EQ(u.jobs[0].processes, 4);
+  // Seen together for the first time: the oldest process' owner, not the most processes'.
+  OwnerAggregator fresh(false, true, 10);
+  EXPECT_EQ(fresh.update(pids, name_of).jobs[0].user, "u1000");
+}
+
+/// /proc/<pid>/stat of a process named `comm` whose stack starts at `stack` (field 28).
+void write_stat(const TempTree& t, int pid, const std::string& comm, std::uint64_t stack) {
+  t.write("proc/" + std::to_string(pid) + "/stat",
+          std::to_string(pid) + " (" + comm +
+              ") S 1 1 1 0 -1 4194304 0 0 0 0 100 50 0 0 20 0 1 0 500 1000 10 "
+              "18446744073709551615 0 0 " +
+              std::to_string(stack) + " 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
+}
+
+void write_uid(const TempTree& t, int pid, std::uint32_t uid) {
+  const std::string u = std::to_string(uid);
+  t.write("proc/" + std::to_string(pid) + "/status",
+          "Name:\tx\nPPid:\t1\nUid:\t" + u + "\t" + u + "\t" + u + "\t" + u + "\n");
+}
+
+TEST(PrometheusJobs, UidAndJobReadAgainOnExecOrUidChange) {
+  TempTree t;
+  t.write("sys/fs/cgroup/cgroup.controllers", "cpu memory\n");
+  add_pid(t, 30, "0::/user.slice/user-4000001.slice/session-4.scope\n", bytes("HOME=/\0"));
+  write_uid(t, 30, 0);
+  write_stat(t, 30, "login", 1000);
+  OwnerScanner scanner(t.roots(), true, true, 10);
+  const OwnerUsage& a = scanner.scan();
+  ASSERT_EQ(a.users.size(), 1u);
+  EXPECT_TRUE(a.jobs.empty());
+  // It drops to uid 4000001 (same pid, same start time, no exec).
+  write_uid(t, 30, 4000001);
+  const OwnerUsage& b = scanner.scan();
+  ASSERT_EQ(b.users.size(), 1u);
+  EXPECT_EQ(b.users[0].key, "4000001");
+  // It execs with a job in its new environment.
+  t.write("proc/30/environ", bytes("SLURM_JOB_ID=88\0"));
+  write_stat(t, 30, "task", 2000);
+  const OwnerUsage& c = scanner.scan();
+  ASSERT_EQ(c.jobs.size(), 1u);
+  EXPECT_EQ(c.jobs[0].key, "88");
+  EXPECT_EQ(c.jobs[0].user, "4000001");
+  // Its environment rewritten without an exec is not read again (read at exec only).
+  t.write("proc/30/environ", bytes("SLURM_JOB_ID=99\0"));
+  EXPECT_EQ(scanner.scan().jobs[0].key, "88");
+}
+
+TEST(PrometheusRender, LabelValuesAreAlwaysUtf8) {
+  EXPECT_EQ(escape_label_value("a\xff"
+                               "b"),
+            "a\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(escape_label_value("\xC3\xA9t\xC3\xA9"), "\xC3\xA9t\xC3\xA9");  // kept
+  EXPECT_EQ(escape_label_value("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");    // overlong
+  EXPECT_EQ(escape_label_value("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(escape_label_value("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // cut short
+  EXPECT_TRUE(is_utf8("\xF0\x9F\x98\x80 ok"));
+  EXPECT_FALSE(is_utf8("\xF4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(is_utf8("caf\xE9"));           // Latin-1
+}
+
 }  // namespace
 }  // namespace sonde::prom
