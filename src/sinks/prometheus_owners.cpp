@@ -600,8 +600,12 @@ const OwnerUsage& OwnerScanner::scan() {
     // execs the task) or changes uid.
     auto uid = read_pid_uid(roots_.proc, pid);
     if (!uid) continue;
-    const bool changed =
-        !same || *uid != k.uid || st->comm != k.comm || st->start_stack != k.exec_mark;
+    // A zombie (or a process exiting) shows a start_stack of 0 and an empty environment: not an
+    // exec. It keeps its job, so that its last seconds (a zombie's CPU time is still in /proc
+    // until it is reaped) are counted in it.
+    const bool exiting = st->start_stack == 0;
+    const bool changed = !same || *uid != k.uid ||
+                         (!exiting && (st->comm != k.comm || st->start_stack != k.exec_mark));
     k.starttime_ticks = st->starttime_ticks;
     k.uid = *uid;
     if (changed) {
