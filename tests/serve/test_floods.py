@@ -168,6 +168,24 @@ class SlowReaders:
             s.close()
 
 
+def cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_until_idle(pid, timeout=15):
+    """Until the server spends under 5% of a CPU for half a second (the floods have filled what
+    they can: the kernel's socket buffers, then the server's own bound)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = cpu_s(pid)
+        time.sleep(0.5)
+        if cpu_s(pid) - before < 0.025:
+            return
+    raise AssertionError("the server stays busy")
+
+
 def connections_open(server):
     status, _, body = server.get(timeout=5)
     assert status == 200
@@ -182,6 +200,7 @@ def test_readers_that_do_not_read_give_their_slot_to_a_new_client():
     slow = None
     try:
         slow = SlowReaders(s.port, 128, ["127.0.0.1", "127.0.0.2"])
+        wait_until_idle(s.proc.pid)  # every socket full: nothing moves any more
         time.sleep(1.5)  # their output stalled for over a second
         t0 = time.monotonic()
         took, text = good_scrape(s.port, source="127.0.0.3", timeout=3)
