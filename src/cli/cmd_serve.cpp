@@ -1,7 +1,7 @@
 // sonde serve: samples the node on its own interval (the Sampler on the main thread) and serves
 // the last tick at /metrics over HTTP (src/http: one thread, one epoll loop, bounded connections
 // and deadlines). Each tick renders both exposition formats once (PrometheusSink); a scrape only
-// copies a shared pointer.
+// copies a shared pointer (and the page's gzip, made once per tick for the first gzip scrape).
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -196,30 +196,51 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   // The first tick, before the server answers: a scrape always finds a page.
   sinks.on_sample(engine.tick());
 
+  // The gzip'd pages, compressed once per tick (the first gzip scrape of a page pays for it),
+  // never per scrape: a scrape appends only its own counters to a copy, as stored gzip blocks.
+  // Used on the HTTP thread only.
+  struct GzipCache {
+    std::shared_ptr<const prom::Page> page;  ///< the page the prefixes were made of
+    GzipPrefix prometheus, openmetrics;
+    bool have_prometheus = false, have_openmetrics = false;
+  };
+  GzipCache gz;
   // The page of one scrape: the cached tick plus the exporter's own counters.
   const auto metrics = [&](const http::Request& req, const http::ServerStats* stats) {
     const std::shared_ptr<const prom::Page> p = pages.page();
     const std::uint64_t n = scrapes.fetch_add(1, std::memory_order_relaxed) + 1;
     const bool om = prom::negotiate(req.header("accept")) == prom::Format::openmetrics;
     const std::string& cached = om ? p->openmetrics : p->prometheus;
-    http::Response res;
-    std::string& body = res.body;
-    body.reserve(cached.size() + 1024);
-    body = cached;
-    fmt::format_to(std::back_inserter(body),
+    std::string tail;
+    fmt::format_to(std::back_inserter(tail),
                    "# HELP {0} Scrapes of /metrics answered since sonde started.\n"
                    "# TYPE {0} counter\nsonde_scrapes_total {1}\n",
                    om ? "sonde_scrapes" : "sonde_scrapes_total", n);
-    if (stats) append_http_stats(*stats, !so.tls_cert.empty(), om, body);
-    if (om) body += prom::kOpenMetricsEof;
+    if (stats) append_http_stats(*stats, !so.tls_cert.empty(), om, tail);
+    if (om) tail += prom::kOpenMetricsEof;
+    http::Response res;
     res.content_type = om ? prom::kOpenMetricsContentType : prom::kPrometheusContentType;
     if (accepts_gzip(req.header("accept-encoding"))) {
-      std::string zipped = gzip(body, Z_DEFAULT_COMPRESSION);
+      if (gz.page != p) {
+        gz = GzipCache{};
+        gz.page = p;
+      }
+      bool& have = om ? gz.have_openmetrics : gz.have_prometheus;
+      GzipPrefix& prefix = om ? gz.openmetrics : gz.prometheus;
+      if (!have) {
+        prefix = gzip_prefix(cached, Z_DEFAULT_COMPRESSION);
+        have = true;
+      }
+      std::string zipped = gzip_finish(prefix, tail);
       if (!zipped.empty()) {
         res.headers.emplace_back("Content-Encoding", "gzip");
-        body = std::move(zipped);
+        res.body = std::move(zipped);
+        return res;
       }
     }
+    res.body.reserve(cached.size() + tail.size());
+    res.body = cached;
+    res.body += tail;
     return res;
   };
 

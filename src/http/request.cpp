@@ -65,43 +65,106 @@ std::string_view Request::header(std::string_view lower_name) const {
   return {};
 }
 
-Parsed parse_request(std::string_view buf, const Limits& limits) {
-  // Empty lines before a request line are ignored (RFC 9112 2.2), within the head's bound.
-  std::size_t start = 0;
-  while (start < buf.size() && (buf[start] == '\r' || buf[start] == '\n')) ++start;
-  if (start > limits.max_head_bytes) return fail(400, "empty lines instead of a request");
+namespace {
 
-  const std::size_t line_end = buf.find('\n', start);
-  if (line_end == std::string_view::npos) {
-    if (buf.size() - start > limits.max_request_line_bytes)
-      return fail(414, "request line too long");
-    return {};
+/// The request line and headers of a complete head (`line`: the request line without its end;
+/// the header lines from `headers_at` to `head_end`): the request, or an error.
+Parsed parse_head(std::string_view buf, std::string_view line, std::size_t headers_at,
+                  std::size_t head_end, const Limits& limits);
+
+}  // namespace
+
+Parsed parse_request(std::string_view buf, const Limits& limits) {
+  RequestScan scan;
+  return parse_request(buf, limits, scan);
+}
+
+Parsed parse_request(std::string_view buf, const Limits& limits, RequestScan& s) {
+  // A complete or failed parse starts the next request afresh.
+  const auto done = [&s](Parsed p) {
+    const std::size_t examined = s.examined;
+    s = {};
+    s.examined = examined;
+    return p;
+  };
+  if (s.have_head) {  // only the body was missing
+    if (buf.size() < s.need) return {};
+    Parsed p;
+    p.state = Parsed::State::complete;
+    p.consumed = s.need;
+    p.request = std::move(s.request);
+    return done(std::move(p));
   }
-  const std::string_view line = strip_cr(buf.substr(start, line_end - start));
-  if (line.size() > limits.max_request_line_bytes) return fail(414, "request line too long");
+  // Every byte is looked at once: `scanned` only grows, and a call looks only past it.
+  const auto find_nl = [&](std::size_t from) {
+    const std::size_t nl = buf.find('\n', from);
+    const std::size_t to = nl == std::string_view::npos ? buf.size() : nl + 1;
+    s.examined += to > from ? to - from : 0;
+    s.scanned = to;
+    return nl;
+  };
+  if (!s.started) {
+    // Empty lines before a request line are ignored (RFC 9112 2.2), within the head's bound.
+    while (s.scanned < buf.size() && (buf[s.scanned] == '\r' || buf[s.scanned] == '\n')) {
+      ++s.scanned;
+      ++s.examined;
+    }
+    if (s.scanned > limits.max_head_bytes)
+      return done(fail(400, "empty lines instead of a request"));
+    if (s.scanned == buf.size()) return {};
+    s.started = true;
+    s.start = s.line_start = s.scanned;
+  }
+  const std::size_t start = s.start;
+  if (!s.have_request_line) {
+    const std::size_t line_end = find_nl(s.scanned);
+    if (line_end == std::string_view::npos) {
+      if (buf.size() - start > limits.max_request_line_bytes)
+        return done(fail(414, "request line too long"));
+      return {};
+    }
+    if (strip_cr(buf.substr(start, line_end - start)).size() > limits.max_request_line_bytes)
+      return done(fail(414, "request line too long"));
+    s.have_request_line = true;
+    s.request_line_end = line_end;
+    s.line_start = line_end + 1;
+  }
 
   // Find the end of the head, checking each line's length on the way: an over-long line is an
   // error as soon as it is seen, not when (if ever) it ends.
-  std::size_t pos = line_end + 1;
   std::size_t head_end = std::string_view::npos;
-  std::size_t header_lines = 0;
   while (true) {
-    const std::size_t nl = buf.find('\n', pos);
-    const std::size_t len = (nl == std::string_view::npos ? buf.size() : nl) - pos;
-    if (len > limits.max_header_line_bytes + 1) return fail(400, "header line too long");
+    const std::size_t nl = find_nl(s.scanned);
+    const std::size_t len = (nl == std::string_view::npos ? buf.size() : nl) - s.line_start;
+    if (len > limits.max_header_line_bytes + 1) return done(fail(400, "header line too long"));
     if (nl == std::string_view::npos) {
-      if (buf.size() - start > limits.max_head_bytes) return fail(431, "request head too large");
+      if (buf.size() - start > limits.max_head_bytes)
+        return done(fail(431, "request head too large"));
       return {};
     }
-    if (nl + 1 - start > limits.max_head_bytes) return fail(431, "request head too large");
-    if (strip_cr(buf.substr(pos, len)).empty()) {
+    if (nl + 1 - start > limits.max_head_bytes) return done(fail(431, "request head too large"));
+    if (strip_cr(buf.substr(s.line_start, len)).empty()) {
       head_end = nl + 1;
       break;
     }
-    if (++header_lines > limits.max_headers) return fail(431, "too many header lines");
-    pos = nl + 1;
+    if (++s.header_lines > limits.max_headers) return done(fail(431, "too many header lines"));
+    s.line_start = nl + 1;
   }
 
+  const std::string_view line = strip_cr(buf.substr(start, s.request_line_end - start));
+  Parsed p = parse_head(buf, line, s.request_line_end + 1, head_end, limits);
+  if (p.state != Parsed::State::incomplete) return done(std::move(p));
+  // The body is still on its way: keep the parsed head, wait for `need` bytes.
+  s.have_head = true;
+  s.need = p.consumed;
+  s.request = std::move(p.request);
+  return {};
+}
+
+namespace {
+
+Parsed parse_head(std::string_view buf, std::string_view line, std::size_t headers_at,
+                  std::size_t head_end, const Limits& limits) {
   Parsed p;
   Request& r = p.request;
   // Request line: METHOD SP TARGET SP HTTP/1.x
@@ -132,7 +195,7 @@ Parsed parse_request(std::string_view buf, const Limits& limits) {
   r.path = target.substr(0, target.find_first_of("?#"));
 
   // Header lines: name ":" OWS value OWS; no folding, no space before the colon.
-  pos = line_end + 1;
+  std::size_t pos = headers_at;
   while (pos < head_end) {
     const std::size_t nl = buf.find('\n', pos);
     const std::string_view h = strip_cr(buf.substr(pos, nl - pos));
@@ -174,11 +237,14 @@ Parsed parse_request(std::string_view buf, const Limits& limits) {
     have_length = true;
   }
   if (body > limits.max_body_bytes) return fail(413, "request body too large");
-  if (buf.size() - head_end < body) return {};  // the body is still on its way
-  p.state = Parsed::State::complete;
   p.consumed = head_end + body;
+  // The body is still on its way: incomplete, with the head parsed and `consumed` the bytes
+  // that will make it complete.
+  if (buf.size() - head_end >= body) p.state = Parsed::State::complete;
   return p;
 }
+
+}  // namespace
 
 std::string_view reason_phrase(int status) {
   switch (status) {

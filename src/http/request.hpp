@@ -52,10 +52,31 @@ struct Parsed {
   Request request;
 };
 
+/// How far parse_request has looked at the request at the front of a connection's buffer, so
+/// that each read costs only its new bytes (a head sent a byte at a time is scanned once, not
+/// once per byte). Belongs to one buffer whose front does not change between calls: reset it
+/// (`= {}`) when the buffer is cleared; parse_request resets it itself when it returns complete
+/// or error.
+struct RequestScan {
+  std::size_t scanned = 0;     ///< bytes of the buffer looked at for line ends
+  bool started = false;        ///< the request line's first byte found (empty lines skipped)
+  std::size_t start = 0;       ///< started: the request line's first byte
+  std::size_t line_start = 0;  ///< the line being scanned
+  bool have_request_line = false;
+  std::size_t request_line_end = 0;  ///< have_request_line: its '\n'
+  std::size_t header_lines = 0;
+  bool have_head = false;    ///< the head is complete and parsed: only the body is awaited
+  std::size_t need = 0;      ///< have_head: bytes of head and body
+  Request request;           ///< have_head: the parsed head
+  std::size_t examined = 0;  ///< bytes looked at in all, over every call (tests: linear)
+};
+
 /// Parses one request at the front of `buf`. Incomplete as long as nothing seen breaks a limit.
 /// A body (at most `max_body_bytes`, by Content-Length) is consumed and dropped: nothing served
 /// takes one. Known methods other than GET and HEAD parse (the router answers 405); unknown
-/// ones are an error (400).
+/// ones are an error (400). With `scan`, it goes on from where the last call on the same buffer
+/// (now perhaps longer) stopped; the outcome is the same as a parse of the whole buffer.
+Parsed parse_request(std::string_view buf, const Limits& limits, RequestScan& scan);
 Parsed parse_request(std::string_view buf, const Limits& limits);
 
 struct Response {

@@ -1,6 +1,7 @@
 #include "http/server.hpp"
 
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -82,6 +83,21 @@ constexpr std::size_t kReadChunk = 16384;
 constexpr double kDrainS = 1;                    ///< after a closing response, read what is left
 constexpr std::size_t kMaxDrainBytes = 1 << 20;  ///< … at most this much
 constexpr double kAcceptPauseS = 0.1;            ///< out of fds: stop accepting this long
+/// A connection whose queued output the peer has not taken for this long may be evicted for a
+/// new client at the connection cap (a scraper takes its page in milliseconds).
+constexpr double kStalledWriteS = 1;
+/// Answers queued for one connection in one turn (at least one answer): then the others' turn.
+constexpr std::size_t kTurnBytes = 64 << 10;
+/// Refused connections kept for their 503 to be read (then half-closed and drained, as a closing
+/// response is, so that the answer is not destroyed by a reset); more at once are just closed.
+constexpr std::size_t kMaxRefusing = 64;
+/// Buffers larger than this are freed, not kept, once empty (an idle kept-alive connection
+/// holds no page-sized buffer).
+constexpr std::size_t kKeepBufferBytes = 2 * kReadChunk;
+/// After a flood (the open connections down to half of their peak, at most once a second), the
+/// freed buffers are given back to the system (malloc_trim), not kept by the allocator.
+constexpr std::size_t kTrimAfterPeak = 64;
+constexpr double kTrimEveryS = 1;
 
 struct SslFree {
   void operator()(SSL* s) const { SSL_free(s); }
@@ -199,13 +215,17 @@ struct Conn {
   bool ssl_want_write = false;        ///< OpenSSL must write before it can read on
   std::string key;
   std::string in;
+  RequestScan scan;  ///< how far the request at the front of `in` has been parsed
   std::string out;
   std::size_t out_off = 0;
   std::uint64_t queued_total = 0, sent_total = 0;
   std::deque<std::uint64_t> response_ends;  ///< queued_total at the end of each response
   bool request_open = true;                 ///< a request is under way (or the connection is new)
   double request_started = 0, idle_since = 0, write_started = 0;
-  bool close_after = false;  ///< close once the queued responses are written
+  bool close_after = false;   ///< close once the queued responses are written
+  bool refused = false;       ///< only here for its 503 (not counted against the caps)
+  bool runnable = false;      ///< has requests left after its turn: in Impl::runnable
+  double write_progress = 0;  ///< pending output: when the peer last took some (or it was queued)
   bool peer_eof = false;
   bool draining = false;
   double drain_deadline = 0;
@@ -230,6 +250,12 @@ struct Server::Impl {
   bool loopback = false;
   std::unordered_map<int, std::unique_ptr<Conn>> conns;  // by fd
   std::unordered_map<std::string, std::size_t> per_client;
+  std::size_t refusing = 0;  ///< connections in `conns` only for their 503
+  /// Connections whose turn ended with requests left in their buffer (epoll will not report
+  /// them: the bytes are already read): each gets another turn after the next events.
+  std::vector<int> runnable;
+  std::size_t peak_open = 0;  ///< the most open since the last trim
+  double last_trim = 0;
   ServerStats stats;
   bool accept_paused = false;
   double accept_resume = 0;
@@ -245,38 +271,77 @@ struct Server::Impl {
   void close_conn(int fd) {
     auto it = conns.find(fd);
     if (it == conns.end()) return;
-    auto pc = per_client.find(it->second->key);
-    if (pc != per_client.end() && --pc->second == 0) per_client.erase(pc);
+    if (it->second->refused) {
+      --refusing;
+    } else {
+      auto pc = per_client.find(it->second->key);
+      if (pc != per_client.end() && --pc->second == 0) per_client.erase(pc);
+    }
     ::epoll_ctl(epoll_fd.get(), EPOLL_CTL_DEL, fd, nullptr);
     conns.erase(it);  // closes the fd
     stats.open.store(conns.size(), std::memory_order_relaxed);
   }
 
   /// At the connection cap: closes the connection that has waited longest without a response to
-  /// write (a slow or idle one), so that a new client is not locked out by slow ones.
+  /// write (a slow or idle one), so that a new client is not locked out by slow ones; failing
+  /// that, the one whose queued output has been stalled longest (at least kStalledWriteS): a
+  /// reader that does not read locks nobody out until its write deadline.
   bool evict_one() {
-    int victim = -1;
+    int victim = -1, stalled = -1;
     double oldest = std::numeric_limits<double>::infinity();
+    double oldest_write = now - kStalledWriteS;
     for (const auto& [fd, c] : conns) {
-      if (c->draining || c->pending() > 0) continue;
+      if (c->draining) continue;
+      if (c->pending() > 0) {
+        if (c->write_progress <= oldest_write) {
+          oldest_write = c->write_progress;
+          stalled = fd;
+        }
+        continue;
+      }
       const double since = c->request_open ? c->request_started : c->idle_since;
       if (since < oldest) {
         oldest = since;
         victim = fd;
       }
     }
+    if (victim < 0) victim = stalled;
     if (victim < 0) return false;
     close_conn(victim);
     stats.evicted.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
 
-  void refuse(const Fd& fd, std::string_view why) const {
+  /// Answers 503 (docs/security.md). Closing at once would reset the connection when its
+  /// request has arrived unread, and a reset can destroy the answer before the client reads it:
+  /// the connection is kept (up to kMaxRefusing of them, outside the caps) until the answer is
+  /// written and what the client sent is drained, as after any closing response.
+  void refuse(Fd fd, std::string_view why) {
     if (tls) return;  // a plain answer means nothing to a TLS client: just close
     std::string out;
     serialize(error_response(503, why), false, false, 1, out);
-    [[maybe_unused]] const ssize_t n =
-        ::send(fd.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (refusing >= kMaxRefusing) {
+      [[maybe_unused]] const ssize_t n =
+          ::send(fd.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      return;
+    }
+    auto c = std::make_unique<Conn>();
+    c->refused = true;
+    c->request_open = false;
+    c->write_started = c->write_progress = c->idle_since = now;
+    c->out = std::move(out);
+    c->queued_total = c->out.size();
+    c->response_ends.push_back(c->queued_total);
+    c->close_after = true;
+    c->events = EPOLLIN | EPOLLRDHUP;
+    if (!set_interest(fd.get(), c->events, EPOLL_CTL_ADD)) return;
+    const int n = fd.get();
+    c->fd = std::move(fd);
+    Conn& conn = *c;
+    conns.emplace(n, std::move(c));
+    ++refusing;
+    stats.open.store(conns.size(), std::memory_order_relaxed);
+    if (!pump(conn)) close_conn(n);
   }
 
   void accept_all() {
@@ -303,12 +368,12 @@ struct Server::Impl {
       std::string key = client_key(ss);
       auto pc = per_client.find(key);
       if (pc != per_client.end() && pc->second >= limits.max_connections_per_client) {
-        refuse(fd, "too many connections from this address");
+        refuse(std::move(fd), "too many connections from this address");
         stats.refused_per_client.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      if (conns.size() >= limits.max_connections && !evict_one()) {
-        refuse(fd, "too many connections");
+      if (conns.size() - refusing >= limits.max_connections && !evict_one()) {
+        refuse(std::move(fd), "too many connections");
         stats.refused_full.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
@@ -330,7 +395,17 @@ struct Server::Impl {
       ++per_client[c->key];
       conns.emplace(n, std::move(c));
       stats.open.store(conns.size(), std::memory_order_relaxed);
+      peak_open = std::max(peak_open, conns.size());
     }
+  }
+
+  /// After a flood: gives the freed connection buffers back to the system.
+  void maybe_trim() {
+    if (peak_open < kTrimAfterPeak || conns.size() > peak_open / 2 || now - last_trim < kTrimEveryS)
+      return;
+    ::malloc_trim(0);
+    last_trim = now;
+    peak_open = conns.size();
   }
 
   /// Advances a TLS handshake: 1 done, 0 waiting for the socket, -1 failed.
@@ -421,13 +496,18 @@ struct Server::Impl {
   /// room. True when it queued something.
   bool process(Conn& c) {
     bool produced = false;
-    while (!c.close_after && !c.in.empty() && c.pending() < limits.max_pending_output_bytes) {
-      Parsed p = parse_request(c.in, limits);
+    const std::uint64_t turn_start = c.queued_total;
+    while (!c.close_after && !c.in.empty() && c.pending() < limits.max_pending_output_bytes &&
+           c.queued_total - turn_start < kTurnBytes) {
+      Parsed p = parse_request(c.in, limits, c.scan);
       if (p.state == Parsed::State::incomplete) {
-        if (c.peer_eof) c.in.clear();  // the rest will never come
+        if (c.peer_eof) {  // the rest will never come
+          c.in.clear();
+          c.scan = {};
+        }
         break;
       }
-      if (c.pending() == 0) c.write_started = now;
+      if (c.pending() == 0) c.write_started = c.write_progress = now;
       const std::size_t before = c.out.size();
       if (p.state == Parsed::State::error) {
         stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
@@ -457,6 +537,7 @@ struct Server::Impl {
       c.response_ends.push_back(c.queued_total);
       produced = true;
     }
+    if (c.in.empty() && c.in.capacity() > kKeepBufferBytes) std::string().swap(c.in);
     return produced;
   }
 
@@ -482,6 +563,7 @@ struct Server::Impl {
       if (n > 0) {
         c.out_off += static_cast<std::size_t>(n);
         c.sent_total += static_cast<std::uint64_t>(n);
+        c.write_progress = now;
         // Each response has its own write deadline from when it reaches the front.
         while (!c.response_ends.empty() && c.response_ends.front() <= c.sent_total) {
           c.response_ends.pop_front();
@@ -495,6 +577,7 @@ struct Server::Impl {
     }
     if (c.pending() == 0) {
       c.out.clear();
+      if (c.out.capacity() > kKeepBufferBytes) std::string().swap(c.out);
       c.out_off = 0;
       if (!c.request_open) c.idle_since = now;
     } else if (c.out_off > 65536) {
@@ -506,7 +589,13 @@ struct Server::Impl {
 
   /// Moves one connection on after an event; false when it is to be closed.
   bool pump(Conn& c) {
+    const std::size_t in_cap = limits.max_head_bytes + limits.max_body_bytes + kReadChunk;
     while (!c.draining) {
+      // What OpenSSL has decrypted already is not seen by epoll: read it when there is room
+      // (read_tls stops at a full buffer), or the connection would wait for bytes that came.
+      if (c.ssl && !c.peer_eof && c.in.size() < in_cap && SSL_pending(c.ssl.get()) > 0 &&
+          !read_tls(c))
+        return false;
       const bool produced = process(c);
       if (c.pending() > 0 && !flush(c)) return false;
       if (c.pending() > 0) break;  // the socket is full: wait until it is writable
@@ -523,6 +612,14 @@ struct Server::Impl {
         c.drain_deadline = now + kDrainS;
         break;
       }
+      // One batch of answers (process stops at kTurnBytes) per turn: a client
+      // that pipelines requests as fast as it reads answers gets its share of the loop, not
+      // all of it, while another waits for its one scrape.
+      if (produced && !c.in.empty()) {
+        if (!c.runnable) runnable.push_back(c.fd.get());
+        c.runnable = true;
+        break;
+      }
       if (c.peer_eof) return false;  // everything it sent is answered
       if (!produced) break;
     }
@@ -530,8 +627,7 @@ struct Server::Impl {
     if (c.draining) {
       want = EPOLLIN | EPOLLRDHUP;
     } else {
-      if (!c.peer_eof && c.pending() < limits.max_pending_output_bytes &&
-          c.in.size() < limits.max_head_bytes + limits.max_body_bytes + kReadChunk)
+      if (!c.peer_eof && c.pending() < limits.max_pending_output_bytes && c.in.size() < in_cap)
         want |= EPOLLIN | EPOLLRDHUP;
       if (c.pending() > 0 || c.ssl_want_write) want |= EPOLLOUT;
     }
@@ -552,8 +648,23 @@ struct Server::Impl {
       if (h < 0) return close_conn(fd);
       if (h == 0) return;
     }
-    if ((ev & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) && !read_some(c)) return close_conn(fd);
+    // A TLS read that had to write first (SSL_ERROR_WANT_WRITE) goes on when writable.
+    const bool read = (ev & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) ||
+                      (c.ssl_want_write && (ev & EPOLLOUT) && !c.draining);
+    if (read && !read_some(c)) return close_conn(fd);
     if (!pump(c)) close_conn(fd);
+  }
+
+  /// Another turn for each connection that had requests left after its last one.
+  void run_runnable() {
+    std::vector<int> now_runnable;
+    now_runnable.swap(runnable);
+    for (int fd : now_runnable) {
+      auto it = conns.find(fd);
+      if (it == conns.end() || !it->second->runnable) continue;
+      it->second->runnable = false;
+      if (!pump(*it->second)) close_conn(fd);
+    }
   }
 
   /// Closes the connections past their deadline; returns the next deadline.
@@ -693,8 +804,11 @@ Result<void> Server::run() {
       }
     }
     int timeout_ms = -1;
-    if (std::isfinite(next))
+    if (!s.runnable.empty()) {
+      timeout_ms = 0;
+    } else if (std::isfinite(next)) {
       timeout_ms = static_cast<int>(std::clamp(std::ceil((next - s.now) * 1000), 0.0, 60000.0));
+    }
     const int n = ::epoll_wait(s.epoll_fd.get(), events, 64, timeout_ms);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -714,6 +828,8 @@ Result<void> Server::run() {
         s.on_event(fd, events[i].events);
       }
     }
+    s.run_runnable();
+    s.maybe_trim();
   }
 }
 

@@ -151,6 +151,46 @@ TEST(HttpParse, PrefixesAgreeWithTheWholeOnRandomInput) {
   }
 }
 
+// A head that arrives a byte at a time (a slow client) is scanned once in all, not once per
+// read (issue 21: the whole buffer was parsed again on every read, quadratic in the head's size),
+// and the outcome is the same as a parse of the whole.
+TEST(HttpParse, IncrementalScanLooksAtEachByteOnce) {
+  Limits l;
+  std::string head = "\r\nGET /metrics?x=1 HTTP/1.1\r\n";
+  while (head.size() < l.max_head_bytes - 200) head += "X-Slow: " + std::string(100, 'a') + "\r\n";
+  head += "Content-Length: 5\r\n\r\nhelloGET / HTTP/1.1\r\n\r\n";
+  const Parsed whole = parse_request(head, l);
+  ASSERT_EQ(whole.state, State::complete);
+  RequestScan scan;
+  Parsed last;
+  std::size_t calls = 0;
+  for (std::size_t n = 1; n <= head.size(); ++n) {
+    ++calls;
+    last = parse_request(std::string_view(head).substr(0, n), l, scan);
+    if (last.state != State::incomplete) break;
+  }
+  ASSERT_EQ(last.state, State::complete);
+  EXPECT_EQ(last.consumed, whole.consumed);
+  EXPECT_EQ(last.request.target, "/metrics?x=1");
+  EXPECT_EQ(last.request.headers.size(), whole.request.headers.size());
+  EXPECT_LE(scan.examined, whole.consumed + calls) << "bytes looked at for " << calls << " reads";
+  // The scan starts afresh for the next request in the same buffer.
+  const std::string_view rest = std::string_view(head).substr(last.consumed);
+  const Parsed next = parse_request(rest, l, scan);
+  ASSERT_EQ(next.state, State::complete);
+  EXPECT_EQ(next.request.path, "/");
+  // An error at the end of a slowly sent line, the same as for the whole.
+  std::string longline = "GET / HTTP/1.1\r\nX: " + std::string(l.max_header_line_bytes + 10, 'b');
+  scan = {};
+  Parsed err;
+  for (std::size_t n = 1; n <= longline.size(); ++n) {
+    err = parse_request(std::string_view(longline).substr(0, n), l, scan);
+    if (err.state != State::incomplete) break;
+  }
+  EXPECT_EQ(err.state, State::error);
+  EXPECT_EQ(err.error_status, parse_request(longline, l).error_status);
+}
+
 TEST(HttpSerialize, HeadKeepsLengthAndDropsBody) {
   Response r;
   r.body = "hello";

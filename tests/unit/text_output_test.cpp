@@ -71,6 +71,7 @@ std::string gunzip(const std::string& in) {
     out.append(buf, sizeof buf - z.avail_out);
   }
   EXPECT_EQ(rc, Z_STREAM_END);
+  EXPECT_EQ(z.avail_in, 0u);  // one gzip member, nothing after it
   inflateEnd(&z);
   return out;
 }
@@ -88,6 +89,26 @@ TEST(Gzip, ChunkedInputIsCompressedWhole) {
   EXPECT_EQ(gunzip(gzip_in_chunks(small, 9, 1)), small);  // one byte at a time
   EXPECT_EQ(gunzip(gzip("", 9)), "");
   EXPECT_EQ(gunzip(gzip(in, 1)), in);
+}
+
+// `sonde serve` compresses a page once and appends each scrape's own lines (issue 21): the
+// result is one gzip member (inflate ends with the trailer, nothing left over) that inflates to
+// the page and then the tail, its CRC and length checked by zlib.
+TEST(Gzip, PrefixThenTailIsOneMember) {
+  std::string page;
+  for (int i = 0; i < 20'000; ++i) page += "sonde_x{cpu=\"" + std::to_string(i) + "\"} 1\n";
+  const GzipPrefix prefix = gzip_prefix(page, 6);
+  ASSERT_FALSE(prefix.bytes.empty());
+  EXPECT_LT(prefix.bytes.size(), page.size() / 4);  // compressed, not stored
+  const std::string big_tail(200'000, 'q');         // more than one stored block
+  for (const std::string& tail :
+       {std::string(), std::string("sonde_scrapes_total 7\n"), big_tail}) {
+    const std::string z = gzip_finish(prefix, tail);
+    EXPECT_EQ(gunzip(z), page + tail) << tail.size();
+    EXPECT_EQ(z.compare(0, prefix.bytes.size(), prefix.bytes), 0);  // the prefix, copied
+  }
+  EXPECT_EQ(gunzip(gzip_finish(gzip_prefix("", 6), "x\n")), "x\n");
+  EXPECT_EQ(gzip_finish(GzipPrefix{}, "x"), "");
 }
 
 }  // namespace
