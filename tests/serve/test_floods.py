@@ -15,6 +15,14 @@ import sys
 import textwrap
 import time
 
+import pytest
+
+# The ASan stage runs these too (scripts/test sets ASAN_OPTIONS): the server's code under floods,
+# with a latency bound for a slower build; its quarantine keeps freed memory, so the memory check
+# is the normal build's. The TSan stage leaves this file out (a 5-15x slower server measures TSan).
+SANITIZED = "ASAN_OPTIONS" in os.environ or "TSAN_OPTIONS" in os.environ
+P99_BOUND_S = 3.0 if SANITIZED else 1.0
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_serve import Server, read_responses, samples  # noqa: E402
 
@@ -116,7 +124,7 @@ def test_gzip_flood_does_not_delay_a_good_scrape(tmp_path):
         took.sort()
         p99 = took[min(len(took) - 1, int(len(took) * 0.99))]
         print(f"good scrapes: {len(took)}, median {took[len(took) // 2]:.3f} s, p99 {p99:.3f} s")
-        assert p99 < 1.0, took
+        assert p99 < P99_BOUND_S, took
     finally:
         if flood:
             flood.kill()
@@ -258,6 +266,7 @@ def rss_kib(pid):
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.skipif(SANITIZED, reason="a sanitizer's quarantine keeps freed memory")
 def test_memory_comes_back_after_floods_of_slow_readers():
     """Five rounds of readers that do not read (answers queued up to the output bound on every
     connection at the cap): the server's memory afterwards is within 20 MB of the start (it
