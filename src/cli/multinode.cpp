@@ -51,13 +51,7 @@ std::string find_program(const std::string& name) {
   if (name.empty()) return {};
   if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
   // Under AT_SECURE the invoking user's PATH is not searched (kSecurePath is).
-  std::stringstream path(program_search_path());
-  std::string dir;
-  while (std::getline(path, dir, ':')) {
-    const std::string p = (dir.empty() ? std::string(".") : dir) + "/" + name;
-    if (::access(p.c_str(), X_OK) == 0) return p;
-  }
-  return {};
+  return search_program(name);
 }
 
 /// How long a Slurm client command (squeue, scontrol) may take: slurmctld that does not answer

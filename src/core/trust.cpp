@@ -252,23 +252,6 @@ Result<std::string> shebang_line(const CheckedPath& file, UniqueFd& opened) {
   return std::string(text.substr(2, nl - 2));
 }
 
-/// What `name` (no '/') resolves to in the program search path, as execvp and env find it.
-std::string search_program(const std::string& name) {
-  const std::string path = program_search_path();
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    const auto colon = path.find(':', start);
-    std::string dir =
-        path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    if (colon == std::string::npos) break;
-    start = colon + 1;
-  }
-  return {};
-}
-
 /// A binary to execute under the rule: a regular, executable file that is not itself a script.
 Result<CheckedPath> checked_binary(const std::string& path, const std::string& for_msg,
                                    std::string_view role) {
@@ -285,6 +268,22 @@ Result<CheckedPath> checked_binary(const std::string& path, const std::string& f
 }
 
 }  // namespace
+
+std::string search_program(const std::string& name) {
+  const std::string path = program_search_path();
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    const auto colon = path.find(':', start);
+    std::string dir =
+        path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return {};
+}
 
 Result<TrustedProgram> trusted_program(const std::string& path) {
   const auto refuse = [&](const std::string& why) {

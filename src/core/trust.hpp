@@ -29,6 +29,9 @@ const char* program_env(const char* name, bool secure = secure_mode());
 inline constexpr const char* kSecurePath =
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 std::string program_search_path(bool secure = secure_mode());
+/// What `name` (no '/') resolves to in program_search_path(), as execvp and env find it (the
+/// first executable match), or "".
+std::string search_program(const std::string& name);
 
 /// What a file is used for, which decides how strict the rule is for the directories above it.
 enum class TrustUse {

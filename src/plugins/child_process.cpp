@@ -44,18 +44,7 @@ std::string describe_status(int wstatus) {
 // async-signal-safe calls.
 Result<std::string> resolve_executable(const std::string& argv0) {
   if (argv0.find('/') != std::string::npos) return argv0;
-  const std::string path = program_search_path();
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    const auto colon = path.find(':', start);
-    std::string dir =
-        path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + argv0;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    if (colon == std::string::npos) break;
-    start = colon + 1;
-  }
+  if (std::string found = search_program(argv0); !found.empty()) return found;
   return make_error(Errc::unavailable, fmt::format("cannot run '{}': not found in PATH", argv0));
 }
 
