@@ -24,6 +24,15 @@
 namespace sonde::test {
 namespace {
 
+// Starts of sonde while the user swaps: 150 in the normal build (the issue asks for at least
+// 100); 40 under ASan, where each start costs several times as much and ctest allows 120 s (the
+// TSan stage leaves this test out: scripts/test).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr int kStarts = 40;
+#else
+constexpr int kStarts = 150;
+#endif
+
 void write(const fs::path& p, const std::string& text, mode_t mode = 0644) {
   std::ofstream(p) << text;
   ASSERT_EQ(::chmod(p.c_str(), mode), 0) << p;
@@ -83,7 +92,7 @@ TEST(TrustRace, SwappedAncestorNeverRunsTheUsersProgramAsRoot) {
   const fs::path out = scratch_dir("out");
   int refused = 0;
   std::string last_err;
-  for (int i = 0; i < 150; ++i) {
+  for (int i = 0; i < kStarts; ++i) {
     const auto r = run_command(record_system(out / std::to_string(i), cfg), isolated(base));
     EXPECT_EQ(r.status, 0) << r.describe();
     // Refused for the user's directory on the path, or for the user's file when the swap
@@ -102,7 +111,7 @@ TEST(TrustRace, SwappedAncestorNeverRunsTheUsersProgramAsRoot) {
   EXPECT_TRUE(swapping) << "the swapper stopped early";
   EXPECT_FALSE(fs::exists(pwned)) << "the user's program ran as uid " << read_file(pwned);
   // Every start is refused with the reason: the user's directory is on the path.
-  EXPECT_EQ(refused, 150) << last_err;
+  EXPECT_EQ(refused, kStarts) << last_err;
 }
 
 // Finding 3: a script whose interpreter lies in a directory others can write is refused naming
