@@ -227,7 +227,9 @@ TEST(MultinodeHostile, TaskIndexesOutsideTheAllocationCreateNoNode) {
   EXPECT_EQ(o.r.err.find("Too many open files"), std::string::npos) << o.r.err.substr(0, 3000);
   EXPECT_GT(o.max_rss_kib, 0);
   // (A sanitizer's shadow memory and quarantine double what the head holds.)
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__)
+  EXPECT_LT(o.max_rss_kib, 1200 * 1024) << "KiB";
+#elif defined(__SANITIZE_ADDRESS__)
   EXPECT_LT(o.max_rss_kib, 500 * 1024) << "KiB";
 #else
   EXPECT_LT(o.max_rss_kib, 200 * 1024) << "KiB";
@@ -235,6 +237,11 @@ TEST(MultinodeHostile, TaskIndexesOutsideTheAllocationCreateNoNode) {
 }
 
 TEST(MultinodeHostile, ReassemblyIsLinearInTheBytesReceived) {
+#if defined(__SANITIZE_THREAD__)
+  // Two million labeled pieces through an instrumented head measure TSan, not the reassembly;
+  // the normal and ASan stages check it.
+  GTEST_SKIP() << "a timed flood of 2 million lines under ThreadSanitizer";
+#endif
   // Today: every piece re-parsed the task's whole fragment under the head's lock: a document of
   // 0.9 MB in 6-byte pieces kept the head busy for minutes and the healthy node was lost.
   const std::string doc = "{\"x\":\"" + std::string(900'000, 'a') + "\"}";
