@@ -271,18 +271,17 @@ Result<CheckedPath> checked_binary(const std::string& path, const std::string& f
 
 std::string search_program(const std::string& name) {
   const std::string path = program_search_path();
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    const auto colon = path.find(':', start);
-    std::string dir =
-        path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + name;
+  std::string_view rest = path;
+  for (;;) {
+    const auto colon = rest.find(':');
+    const std::string_view dir = rest.substr(0, colon);
+    std::string candidate(dir.empty() ? std::string_view(".") : dir);
+    candidate += '/';
+    candidate += name;
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    if (colon == std::string::npos) break;
-    start = colon + 1;
+    if (colon == std::string_view::npos) return {};
+    rest.remove_prefix(colon + 1);
   }
-  return {};
 }
 
 Result<TrustedProgram> trusted_program(const std::string& path) {
