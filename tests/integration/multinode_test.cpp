@@ -252,11 +252,21 @@ TEST(Multinode, AnAgentKilledMidRunIsLostAndTheRunGoesOn) {
   const fs::path dir = scratch_dir();
   const fs::path pids = dir / "pids";
   BackgroundProcess head({sonde_binary(), "run", "--slurm", "--interval", "0.3", "--out",
-                          (dir / "out").string(), "--", workload_binary(), "hold", "32", "5"},
+                          (dir / "out").string(), "--", workload_binary(), "hold", "32", "8"},
                          in_allocation(job, 3, {{"FAKE_SRUN_PIDS", pids.string()}}));
   for (int i = 0; i < 100 && !fs::exists(pids); ++i) sleep_for(0.1);
   ASSERT_TRUE(fs::exists(pids)) << head.err();
-  sleep_for(1.5);
+  // Killed once the head has rows from n2 (waited for, not slept: under a sanitizer on a busy
+  // machine the agents start slower).
+  const auto n2_rows = [&] {
+    std::ifstream csv(dir / "out" / "nodes" / "n2" / "perf_slurm.csv");
+    std::string line;
+    int lines = 0;
+    while (std::getline(csv, line)) ++lines;
+    return lines >= 3;
+  };
+  for (int i = 0; i < 300 && !n2_rows(); ++i) sleep_for(0.1);
+  ASSERT_TRUE(n2_rows()) << "no rows from n2 in 30 s: " << head.err();
   std::ifstream in(pids);
   int task = 0, pid = 0, victim = 0;
   while (in >> task >> pid)

@@ -14,6 +14,24 @@ eval "$("$HERE/../slurm/cluster" env "$CLUSTER")"
 rm -rf "$SCRATCH/$CASE" && mkdir -p "$SCRATCH/$CASE"
 W=$SCRATCH/$CASE
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# Whatever happens, the job does not outlive the test and a stopped node comes back: the next test
+# on the cluster must not find its nodes busy or down.
+job="" stopped=""
+cleanup() {
+  [ -n "$job" ] && scancel "$job" 2>/dev/null || true
+  [ -n "$stopped" ] && "$HERE/../slurm/cluster" start-node "$CLUSTER" "$stopped" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+# Until FILE exists with at least LINES lines (a CSV header and rows), or TIMEOUT seconds.
+wait_lines() {  # FILE LINES TIMEOUT
+  local i=0
+  while [ $i -lt $(($3 * 10)) ]; do
+    [ -f "$1" ] && [ "$(wc -l < "$1")" -ge "$2" ] && return 0
+    sleep 0.1; i=$((i+1))
+  done
+  return 1
+}
 
 wait_job() {  # JOBID TIMEOUT: until the job left RUNNING/PENDING
   local t=0
@@ -34,10 +52,11 @@ wait_job() {  # JOBID TIMEOUT: until the job left RUNNING/PENDING
 # sonde first saw it is not counted, so a burn that began earlier would be partly unseen).
 # Each workload appends its own rusage to $W/rusage.<node> (the truth of the CPU figures: on a
 # fresh VM, touching n2's 500 MiB costs CPU time too, and sonde rightly counts it).
-rm -f "$W"/rusage.*
+rm -f "$W"/rusage.* "$W"/started.*
 cat > "$W/task.sh" <<TASK
 #!/bin/sh
 export SONDE_WORKLOAD_RUSAGE="$W/rusage.\$(hostname)"
+touch "$W/started.\$(hostname)"
 i=0
 while [ ! -e "$W/go" ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i+1)); done
 case \$(hostname) in
@@ -57,20 +76,28 @@ figures|agent|node)
   job=$(sbatch --parsable -N3 $extra -o "$W/job.out" -e "$W/job.err" --wrap \
     "\"$SONDE\" run --slurm --interval 0.5 --out \"$W/run\" -- srun --overlap --no-kill -N3 --ntasks-per-node=1 \"$W/task.sh\"")
   echo "job $job"
+  # A loss mid-run: once every node's task has started and the lost node's agent has sent rows
+  # (waited for, not slept: under a sanitizer or on a busy machine sonde starts slower).
+  if [ "$CASE" != figures ]; then
+    lost=n2; [ "$CASE" = node ] && lost=n3
+    for n in n1 n2 n3; do
+      wait_lines "$W/started.$n" 0 60 || fail "the task did not start on $n in 60 s"
+    done
+    wait_lines "$W/run/nodes/$lost/perf_slurm.csv" 3 60 || fail "no rows from $lost's agent in 60 s"
+  fi
   if [ "$CASE" = agent ]; then
-    # Kill n2's agent once it runs (on n2, through its namespace).
-    sleep 4
+    # Kill n2's agent (on n2, through its namespace).
     pid=$("$HERE/../slurm/cluster" pids "$CLUSTER" n2)
     nsenter -t "$pid" -p -m sh -c 'for p in /proc/[0-9]*; do
         [ "$(tr "\0" "\n" < $p/cmdline 2>/dev/null | sed -n 2p)" = agent ] && kill -9 ${p#/proc/}
       done; true'
   fi
   if [ "$CASE" = node ]; then
-    sleep 4
+    stopped=n3
     "$HERE/../slurm/cluster" stop-node "$CLUSTER" n3
   fi
   st=$(wait_job "$job" 120) || fail "job $job did not end"
-  [ "$CASE" = node ] && "$HERE/../slurm/cluster" start-node "$CLUSTER" n3 || true
+  if [ -n "$stopped" ]; then "$HERE/../slurm/cluster" start-node "$CLUSTER" n3; stopped=""; fi
   echo "job $job: $st"; cat "$W/job.err" >&2 || true
   # A lost node may fail the command's own srun (the job state then says so): not sonde's.
   [ "$st" = COMPLETED ] || [ "$CASE" = node ] || fail "job state $st"
