@@ -32,7 +32,7 @@ extern "C" {
 #define SONDE_CAP_COLLECTOR 1u
 #define SONDE_CAP_STATUS 2u /**< sonde_status_v1 (ABI 1.1) */
 
-/** Levels, as in DESIGN.md. */
+/** Levels: docs/configuration.md (`levels`) and README.md. */
 typedef enum sonde_level {
   SONDE_LEVEL_PROCESS = 0,
   SONDE_LEVEL_USER = 1,
@@ -95,7 +95,8 @@ typedef struct sonde_host_api {
   int64_t (*kwarg_list_size)(const sonde_host* host, const char* key);
   const char* (*kwarg_list_item)(const sonde_host* host, const char* key, size_t index);
 
-  /* Injected values (DESIGN.md "Injection"); only what the YAML entry's `inject` asked for. */
+  /* Injected values (docs/configuration.md "Inject keys"); only what the YAML entry's `inject`
+     asked for. */
   int (*injected)(const sonde_host* host, const char* key);    /**< 1 when `key` was asked for */
   const sonde_node_info* (*node_info)(const sonde_host* host); /**< NULL unless node_info */
   int32_t (*target_pid)(const sonde_host* host);               /**< 0 without a target */

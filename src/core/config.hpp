@@ -1,6 +1,6 @@
 #pragma once
-// Configuration: YAML files merged in DESIGN.md's order, validated into typed settings. Every
-// error names the file, the line and what was expected.
+// Configuration: YAML files merged in docs/configuration.md's order, validated into typed
+// settings. Every error names the file, the line and what was expected.
 #include <cstddef>
 #include <functional>
 #include <map>

@@ -1,5 +1,6 @@
 #pragma once
-// Handlers turn a collector's raw value into named columns (the table in DESIGN.md).
+// Handlers turn a collector's raw value into named columns (the table in
+// docs/writing-collectors.md, "Handlers: raw value → columns").
 #include <array>
 #include <cstddef>
 #include <memory>

@@ -57,7 +57,8 @@ struct TargetInfo {
 };
 
 /// Discovers node info and limits for `target` (pid 0: sonde itself is used for affinity and
-/// limits). Never fails for a missing optional file: the limit falls back as DESIGN.md says.
+/// limits). Never fails for a missing optional file: a level without a limit of its own (cgroup
+/// memory.max or limit_in_bytes, RLIMIT_AS, SLURM_MEM_PER_NODE) gets MemTotal.
 Result<NodeInfo> discover_node_info(const Roots& roots, const TargetInfo& target);
 
 /// Reads the target's uid and SLURM_JOB_ID from /proc/<pid>/{status,environ}.

@@ -105,7 +105,7 @@ TEST_F(GpuCollectorTest, NodeInfoAndSystemValues) {
   EXPECT_DOUBLE_EQ(m[3][0], 250.5);
   EXPECT_TRUE(std::isnan(m[3][3]));
 
-  // The handler names the columns as DESIGN.md says.
+  // The handler names the columns as docs/gpus.md says.
   HandlerSpec spec;
   spec.target = "PerDeviceMultiAggregateHandler";
   spec.prefix = "gpu_";
