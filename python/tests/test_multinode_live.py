@@ -39,7 +39,7 @@ def allocation(job, nodes=2):
     names = ",".join(f"n{k + 1}" for k in range(nodes))
     return {"SLURM_JOB_ID": job, "SLURM_JOB_NUM_NODES": str(nodes), "SONDE_SRUN": FAKE_SRUN,
             "PATH": FAKE_SLURM + os.pathsep + os.environ.get("PATH", ""),
-            "FAKE_SQUEUE_OUT": f"n[1-{nodes}] {getpass.getuser()} RUNNING",
+            "FAKE_SQUEUE_OUT": f"RUNNING|{getpass.getuser()}|n[1-{nodes}]",
             "FAKE_HOSTNAMES": names}
 
 
@@ -270,7 +270,7 @@ def test_a_head_that_does_not_start(run, shell, monkeypatch, tmp_path):
     assert (m.monitor is None or not m.monitor.running) and m.multinode is None
     assert not (tmp_path / "y").exists()
     # A launcher that is not there: srun's absence named.
-    monkeypatch.setenv("FAKE_SQUEUE_OUT", f"n1 {getpass.getuser()} RUNNING")
+    monkeypatch.setenv("FAKE_SQUEUE_OUT", f"RUNNING|{getpass.getuser()}|n1")
     monkeypatch.setenv("FAKE_HOSTNAMES", "n1")
     monkeypatch.setenv("SONDE_SRUN", str(tmp_path / "no-srun"))
     _, err = run("%perfmonitor_start 0.5 --monitor slurm_multinode --out z")

@@ -128,6 +128,7 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
       return kExitUsage;
     }
     auth = std::move(*a);
+    for (const std::string& w : auth->warnings()) std::cerr << "sonde: warning: " << w << "\n";
   }
   auto cfg = load(common);
   if (!cfg) return kExitUsage;

@@ -22,6 +22,7 @@
 
 #include "cli/commands.hpp"
 #include "core/json_text.hpp"
+#include "core/trust.hpp"
 #include "gpu/gpu.hpp"
 #include "plugins/plugins.hpp"
 #include "views/status.hpp"
@@ -304,7 +305,8 @@ int cmd_status(int argc, char** argv, bool gpustat) {
 
   status::StatusSettings settings;
   settings.command = name;
-  if (const char* p = std::getenv("SONDE_PROC_ROOT"); p && *p) settings.proc_root = p;
+  if (const char* p = program_env("SONDE_PROC_ROOT"))
+    settings.proc_root = p;  // not under AT_SECURE
   if (const char* t = std::getenv("SONDE_STATUS_HOOK_TIMEOUT"); t && *t) {
     char* end = nullptr;
     const double v = std::strtod(t, &end);

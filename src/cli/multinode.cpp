@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -225,15 +226,25 @@ std::variant<SlurmAllocation, int> allocation_of_job(const std::string& job) {
           tool));
       return kExitUsage;
     }
-  Captured q = capture({"squeue", "-j", job, "-h", "-o", "%N %u %T"});
+  // State first and the node list last: a pending job has no nodes, and the list is empty.
+  Captured q = capture({"squeue", "-j", job, "-h", "-o", "%T|%u|%N"});
   if (q.status == Captured::kTimedOut) {
     print_error(fmt::format("record --slurm-job {}: {} (is slurmctld up?); nothing was started",
                             job, q.err));
     return kExitFailure;
   }
-  std::stringstream ss(q.out);
   std::string nodelist, user, state;
-  ss >> nodelist >> user >> state;
+  {
+    const std::string line = q.out.substr(0, q.out.find('\n'));  // a node list may be long
+    const std::size_t a = line.find('|'), b = a == std::string::npos ? a : line.find('|', a + 1);
+    if (b != std::string::npos) {
+      state = line.substr(0, a);
+      user = line.substr(a + 1, b - a - 1);
+      nodelist = line.substr(b + 1);
+      while (!nodelist.empty() && std::isspace(static_cast<unsigned char>(nodelist.back())))
+        nodelist.pop_back();
+    }
+  }
   if (q.status != 0 || state.empty()) {
     print_error(
         fmt::format("record --slurm-job {}: no such job, or it has ended{}; nothing was started",
@@ -636,7 +647,8 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
     const int r = ::poll(&p, 1, wait > 0 ? static_cast<int>(std::ceil(wait * 1000)) : 0);
     if (r > 0) {
       signalfd_siginfo si{};
-      (void)::read(signals.fd(), &si, sizeof si);
+      // The signal is taken off the signalfd; which one does not matter (the loop ends).
+      [[maybe_unused]] const ssize_t n = ::read(signals.fd(), &si, sizeof si);
       break;
     }
     const double now = monotonic_now();

@@ -422,7 +422,7 @@ TEST(Multinode, RefusedWithExitTwoAndNothingStarted) {
   {  // A job that is not running.
     const RunResult r =
         run_command({sonde_binary(), "record", "--slurm-job", "123", "--out", (dir / "e").string()},
-                    in_allocation(job_id(), 1, {{"FAKE_SQUEUE_OUT", "(Resources) root PENDING"}}));
+                    in_allocation(job_id(), 1, {{"FAKE_SQUEUE_OUT", "PENDING|root|"}}));
     EXPECT_EQ(r.status, 2) << r.describe();
     EXPECT_NE(r.err.find("the job is PENDING, not RUNNING"), std::string::npos) << r.err;
   }
@@ -435,7 +435,7 @@ TEST(Multinode, RefusedWithExitTwoAndNothingStarted) {
   if (::getuid() != 0) {  // Another user's job (root may record any).
     const RunResult r =
         run_command({sonde_binary(), "record", "--slurm-job", "123", "--out", (dir / "g").string()},
-                    in_allocation(job_id(), 1, {{"FAKE_SQUEUE_OUT", "n1 someone-else RUNNING"}}));
+                    in_allocation(job_id(), 1, {{"FAKE_SQUEUE_OUT", "RUNNING|someone-else|n1"}}));
     EXPECT_EQ(r.status, 2) << r.describe();
     EXPECT_NE(r.err.find("not yours"), std::string::npos) << r.err;
   }
@@ -453,7 +453,7 @@ TEST(Multinode, RecordARunningJobFromOutside) {
   BackgroundProcess member({workload_binary(), "outsider", "200", "30"}, job_env);
   ASSERT_EQ(member.read_line(30), std::optional<std::string>("ready")) << member.err();
   RunOptions o = in_allocation(
-      job, 2, {{"FAKE_SQUEUE_OUT", "n[1-2] root RUNNING"}, {"FAKE_HOSTNAMES", "n1,n2"}});
+      job, 2, {{"FAKE_SQUEUE_OUT", "RUNNING|root|n[1-2]"}, {"FAKE_HOSTNAMES", "n1,n2"}});
   // From a login node: not inside the job.
   o.unset_env.push_back("SLURM_JOB_ID");
   o.env.erase(o.env.begin());
@@ -622,7 +622,7 @@ TEST(Multinode, RecordARunningJobIntoSqlite) {
   BackgroundProcess member({workload_binary(), "outsider", "200", "30"}, job_env);
   ASSERT_EQ(member.read_line(30), std::optional<std::string>("ready")) << member.err();
   RunOptions o = in_allocation(
-      job, 2, {{"FAKE_SQUEUE_OUT", "n[1-2] root RUNNING"}, {"FAKE_HOSTNAMES", "n1,n2"}});
+      job, 2, {{"FAKE_SQUEUE_OUT", "RUNNING|root|n[1-2]"}, {"FAKE_HOSTNAMES", "n1,n2"}});
   o.unset_env.push_back("SLURM_JOB_ID");
   o.env.erase(o.env.begin());
   // --format sqlite: the name need not say so.

@@ -46,8 +46,10 @@ std::string slurp(const std::string& path) {
 /// Another user of this machine, made when the tests run as root; nullopt otherwise.
 std::optional<uid_t> other_uid() {
   if (::geteuid() != 0) return std::nullopt;
-  if (!::getpwnam("sonde-test-other"))
-    (void)std::system("useradd -M -r sonde-test-other >/dev/null 2>&1");
+  if (!::getpwnam("sonde-test-other")) {
+    // Its status does not matter: getpwnam below says whether the user exists.
+    [[maybe_unused]] const int rc = std::system("useradd -M -r sonde-test-other >/dev/null 2>&1");
+  }
   const passwd* pw = ::getpwnam("sonde-test-other");
   if (!pw) return std::nullopt;
   return pw->pw_uid;

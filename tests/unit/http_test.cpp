@@ -380,11 +380,66 @@ TEST(HttpBasicAuth, AllowsOnlyTheRightUserAndPassword) {
 TEST(HttpBasicAuth, BadFilesNameTheLine) {
   auto a = BasicAuth::parse("alice:xyz\n", "users.txt");
   ASSERT_FALSE(a);
-  EXPECT_NE(a.error().message.find("users.txt:1: expected 'USER:SHA256'"), std::string::npos)
+  EXPECT_NE(a.error().message.find("users.txt:1: expected a crypt(3) hash"), std::string::npos)
       << a.error().message;
   auto b = BasicAuth::parse("# nobody\n", "users.txt");
   ASSERT_FALSE(b);
   EXPECT_NE(b.error().message.find("at least one"), std::string::npos);
+  auto c = BasicAuth::parse("alice\n", "users.txt");
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("users.txt:1: expected 'USER:HASH'"), std::string::npos)
+      << c.error().message;
+  // A bcrypt hash cut short passes crypt_checksalt (it looks at the prefix) but is refused.
+  auto d = BasicAuth::parse("alice:$2y$10$DspCtxjkmkAaWb7Pk2LBCeD.RlJSeoIVV0G\n", "users.txt");
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("users.txt:1: expected a complete crypt(3) hash"),
+            std::string::npos)
+      << d.error().message;
+  auto e = BasicAuth::parse("alice:$9$nonsense\n", "users.txt");
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("users.txt:1:"), std::string::npos) << e.error().message;
+}
+
+// Issue 21, finding 4: bcrypt (as htpasswd -B and Prometheus' exporter-toolkit write it) and the
+// other crypt(3) hashes; an unsalted SHA-256 still works but is warned about.
+TEST(HttpBasicAuth, BcryptAndOtherCryptHashes) {
+  // "secret" hashed by libxcrypt: bcrypt at cost 10 ($2b$ and $2y$ spellings) and SHA-512-crypt.
+  const std::string bcrypt = "$2b$10$DspCtxjkmkAaWb7Pk2LBCeD.RlJSeoIVV0Gjfp28zq24hBre05Wu2";
+  const std::string bcrypt_y = "$2y$10$DspCtxjkmkAaWb7Pk2LBCeD.RlJSeoIVV0Gjfp28zq24hBre05Wu2";
+  const std::string sha512crypt =
+      "$6$X1DLupRSjbvXYgMX$WgwxI78UctYf/W3.tKFDrWhl9wIHyOOW58OP6wLz8uyTHwDxus7wjisKeve7EfwLXfreuc7"
+      "h.A0U8xV.l6PwC0";
+  for (const std::string& h : {bcrypt, bcrypt_y, sha512crypt}) {
+    auto auth = BasicAuth::parse("alice:" + h + "\n", "users.txt");
+    ASSERT_TRUE(auth) << h << ": " << auth.error().message;
+    EXPECT_TRUE(auth->warnings().empty()) << h;
+    EXPECT_TRUE(auth->allows("Basic YWxpY2U6c2VjcmV0")) << h;   // alice:secret
+    EXPECT_TRUE(auth->allows("Basic YWxpY2U6c2VjcmV0")) << h;   // again, from the cache
+    EXPECT_FALSE(auth->allows("Basic YWxpY2U6d3Jvbmc=")) << h;  // alice:wrong
+    EXPECT_FALSE(auth->allows("Basic Ym9iOnNlY3JldA==")) << h;  // bob:secret
+  }
+  // OpenBSD's bcrypt test vector, at cost 5: accepted, with a warning that it is cheap.
+  auto cheap = BasicAuth::parse("u:$2a$05$CCCCCCCCCCCCCCCCCCCCC.E5YPO9kmyuRGyh0XouQYb4YMJKvyOeW\n",
+                                "users.txt");
+  ASSERT_TRUE(cheap) << cheap.error().message;
+  EXPECT_TRUE(cheap->allows("Basic dTpVKlU="));  // u:U*U
+  ASSERT_EQ(cheap->warnings().size(), 1u);
+  EXPECT_NE(cheap->warnings()[0].find("users.txt:1"), std::string::npos) << cheap->warnings()[0];
+  // An unsalted SHA-256 line: still accepted, and named in a warning.
+  auto old = BasicAuth::parse(
+      "alice:" + bcrypt +
+          "\nbob:2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\n",
+      "users.txt");
+  ASSERT_TRUE(old) << old.error().message;
+  EXPECT_TRUE(old->allows("Basic Ym9iOnNlY3JldA=="));  // bob:secret
+  ASSERT_EQ(old->warnings().size(), 1u);
+  EXPECT_NE(old->warnings()[0].find("users.txt: line 2 holds an unsalted SHA-256"),
+            std::string::npos)
+      << old->warnings()[0];
+  // A password with a NUL byte never matches a crypt hash (crypt_r would stop at the NUL).
+  auto nul = BasicAuth::parse("alice:" + bcrypt + "\n", "users.txt");
+  ASSERT_TRUE(nul);
+  EXPECT_FALSE(nul->allows("Basic YWxpY2U6c2VjcmV0AHg="));  // alice:secret\0x
 }
 
 }  // namespace

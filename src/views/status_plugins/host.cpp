@@ -16,6 +16,7 @@
 #include "core/fs.hpp"
 #include "core/procfs.hpp"
 #include "core/rapl.hpp"
+#include "core/trust.hpp"
 #include "views/status.hpp"
 #include "views/status_plugins/builtin.hpp"
 
@@ -34,9 +35,10 @@ class HostPlugin : public sdk::StatusPlugin {
       baseline_time_ = Clock::now();
     }
     if (!zones_) {
-      // The sysfs root as `sonde status` sees it ($SONDE_SYS_ROOT in the tests, as for /proc).
-      const char* sys = std::getenv("SONDE_SYS_ROOT");
-      zones_ = rapl::discover(sys && *sys ? sys : "/sys");
+      // The sysfs root as `sonde status` sees it ($SONDE_SYS_ROOT in the tests, as for /proc;
+      // ignored under AT_SECURE, where the environment is not sonde's to trust).
+      const char* sys = program_env("SONDE_SYS_ROOT");
+      zones_ = rapl::discover(sys ? sys : "/sys");
       std::erase_if(*zones_, [](const rapl::Zone& z) { return z.kind != "package"; });
       rapl_baseline_ = read_rapl();
     }
