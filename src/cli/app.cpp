@@ -1,12 +1,15 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "cli/arg_check.hpp"
 #include "cli/commands.hpp"
+#include "cli/completion.hpp"
 #include "plugins/plugins.hpp"
 
 namespace sonde::cli {
@@ -200,7 +203,7 @@ int run_cli(int argc, char** argv) {
   serve->add_option("--tls-key", serve_opts.tls_key,
                     "the certificate's PEM private key (not readable by others)");
   serve->add_option("--basic-auth-file", serve_opts.basic_auth_file,
-                    "require HTTP basic authentication: a file of USER:SHA256-of-password lines");
+                    "require HTTP basic authentication: a file of USER:HASH lines (bcrypt)");
 
   bool timing = false;
   auto* collectors =
@@ -244,7 +247,8 @@ int run_cli(int argc, char** argv) {
   std::vector<std::string> report_charts;
   auto* report = app.add_subcommand("report", "write the HTML report of a stored run");
   report->add_option("run", report_run, "run directory, a .zip of one, or DB.sqlite[#ID]");
-  report->add_option("-o,--output", report_out,
+  // --out as in run and runs export; -o/--output kept.
+  report->add_option("--out,-o,--output", report_out,
                      "HTML file (default: RUN/report.html for a run directory)");
   report
       ->add_option("--charts", report_charts,
@@ -287,13 +291,31 @@ int run_cli(int argc, char** argv) {
   host->group("");  // internal: hidden from --help
   host->add_option("file", host_file, "plugin library")->required();
 
+  std::string completion_shell;
+  auto* completion = app.add_subcommand("completion", "print a shell completion script");
+  completion->add_option("shell", completion_shell, "bash, zsh or fish")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh", "fish"}));
+
+  // Each word checked before CLI11 sees it, so that an error names the word that is wrong.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (auto bad = check_words(app, args)) {
+    print_error(*bad);
+    return kExitUsage;
+  }
   try {
-    app.parse(argc, argv);
+    std::reverse(args.begin(), args.end());  // CLI11 takes a vector last word first
+    app.parse(args);
   } catch (const CLI::Success& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    print_error(describe_parse_error(app, e));
     return kExitUsage;
+  }
+
+  if (*completion) {
+    std::cout << *completion_script(app, completion_shell);
+    return 0;
   }
 
   if (*report && !prom.url.empty()) {
