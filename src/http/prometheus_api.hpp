@@ -1,6 +1,6 @@
 #pragma once
 // Prometheus' HTTP API as the report commands use it: /api/v1/query, /api/v1/query_range and
-// /api/v1/series through http::Client, the responses parsed into series of (time, value), and
+// /api/v1/series through http::Client (the answers parsed by http/prometheus_response.hpp), and
 // the small helpers that build PromQL (label values quoted, instance regexes, durations).
 #include <chrono>
 #include <cstdint>
@@ -11,35 +11,9 @@
 
 #include "core/result.hpp"
 #include "http/client.hpp"
+#include "http/prometheus_response.hpp"
 
-// The query side of Prometheus: sonde::promq, apart from the exporter's sonde::prom
-// (sinks/prometheus.hpp): both have a struct Sample, and one name for the two broke the one-
-// definition rule (vector<Sample> code of one used on the other; found by ASan).
 namespace sonde::promq {
-
-struct Sample {
-  double t = 0;  ///< epoch seconds
-  double v = 0;  ///< NaN and ±Inf as Prometheus gives them
-};
-
-/// One series of a vector (one sample) or matrix (samples in time order) result.
-struct Series {
-  std::map<std::string, std::string> labels;
-  std::vector<Sample> samples;
-  std::string label(const std::string& name) const {
-    auto it = labels.find(name);
-    return it == labels.end() ? std::string() : it->second;
-  }
-};
-
-/// Parses the body of a query or query_range response (resultType vector, matrix or scalar;
-/// a scalar is one series without labels). `context` (URL and query) prefixes every error;
-/// Prometheus' own error (`"status":"error"`) is returned with its errorType and text.
-Result<std::vector<Series>> parse_query_response(const std::string& body,
-                                                 const std::string& context);
-/// Parses a /api/v1/series response: the label sets.
-Result<std::vector<std::map<std::string, std::string>>> parse_series_response(
-    const std::string& body, const std::string& context);
 
 /// `"value"` quoted for PromQL (backslash, quote and newline escaped).
 std::string quote(const std::string& value);
