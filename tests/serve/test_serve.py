@@ -159,6 +159,45 @@ def test_promtool_per_user_per_job():
         assert s.stop()[0] == 0
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="adds a user to /etc/passwd: root only")
+def test_a_user_name_that_is_not_utf8_keeps_the_page_valid():
+    """Issue 21, finding 9: a real user whose name is Latin-1 (not UTF-8) running a process; the
+    --per-user page names it by its uid (two such names made valid with U+FFFD could collide)
+    and promtool accepts the whole page."""
+    import fcntl
+    uid = 45678
+    name = b"caf\xe9-\xff"
+    line = name + b":x:%d:%d::/nonexistent:/usr/sbin/nologin\n" % (uid, uid)
+
+    def edit_passwd(change):
+        # As lckpwdf(3) does, so that a useradd of another test never interleaves with this.
+        with open("/etc/.pwd.lock", "w") as lock:
+            fcntl.lockf(lock, fcntl.LOCK_EX)
+            with open("/etc/passwd", "rb") as f:
+                text = f.read()
+            with open("/etc/passwd", "wb") as f:
+                f.write(change(text))
+
+    edit_passwd(lambda t: t + line)
+    child = None
+    s = None
+    try:
+        child = subprocess.Popen(["sleep", "60"], user=uid, group=uid)
+        s = Server("--per-user", "--max-series", "100")
+        time.sleep(0.6)
+        body = s.get()[2]
+        assert 'sonde_user_processes{user="%d"} 1' % uid in body, \
+            [l for l in body.splitlines() if "user=" in l]
+        assert_promtool_clean(body)
+    finally:
+        if child:
+            child.kill()
+            child.wait()
+        if s:
+            assert s.stop()[0] == 0
+        edit_passwd(lambda t: b"".join(l for l in t.splitlines(keepends=True) if l != line))
+
+
 def test_index_404_405_head(server):
     status, headers, body = server.get("/")
     assert status == 200 and 'href="/metrics"' in body
