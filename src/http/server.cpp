@@ -580,7 +580,9 @@ struct Server::Impl {
       if (c.out.capacity() > kKeepBufferBytes) std::string().swap(c.out);
       c.out_off = 0;
       if (!c.request_open) c.idle_since = now;
-    } else if (c.out_off > 65536) {
+    } else if (c.out_off > 65536 && c.out_off * 2 > c.out.size()) {
+      // Only once the sent part is most of the buffer: what is left is moved at most once per
+      // byte sent (bench/serve_mhd: the moves were a fifth of the CPU under a gzip flood).
       c.out.erase(0, c.out_off);
       c.out_off = 0;
     }
