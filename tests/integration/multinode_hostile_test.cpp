@@ -186,16 +186,19 @@ TEST(MultinodeHostile, DeeplyNestedLinesAreRefusedBeforeTheyAreParsed) {
 TEST(MultinodeHostile, NodeInfoIsBoundedInDepthAndSize) {
   // Today: a ready line with node_info 10,000 deep was taken as n2's, and the manifest, rewritten
   // at every status change, grew to hundreds of MB (its indentation is quadratic in the depth).
-  nlohmann::json deep = 1;
-  for (int i = 0; i < 10'000; ++i) deep = nlohmann::json::array({std::move(deep)});
+  // The deep value is spliced in as text: nlohmann's dump recurses, and 10,000 frames overflow
+  // this test's own stack under ASan.
+  const std::string deep = std::string(10'000, '[') + "1" + std::string(10'000, ']');
   nlohmann::json r = ready_line("n2", {"cpu_util_avg", "memory"});
-  r["node_info"]["deep"] = std::move(deep);
+  r["node_info"]["deep"] = "@DEEP@";
+  std::string r_line = labeled(1, r);
+  r_line.replace(r_line.find("\"@DEEP@\""), 8, deep);
   // n3 (no agent) sends a shallow node_info of 400 KiB: refused, n3 with it.
   nlohmann::json big = ready_line("n3", {"cpu_util_avg", "memory"});
   for (int i = 0; i < 4000; ++i) big["node_info"]["k" + std::to_string(i)] = std::string(100, 'x');
   Injected inj;
   inj.agents = 2;
-  inj.start = labeled(1, r) + labeled(2, big);
+  inj.start = r_line + labeled(2, big);
   const Outcome o = run_hostile(3, inj, "node_info");
   expect_survived(o, {"n1", "n2"});
   EXPECT_LT(fs::file_size(o.run / "manifest.json"), 256u << 10);
