@@ -34,7 +34,9 @@ void write_text(const fs::path& p, const std::string& text) {
 }
 
 // A powercap tree under `sys` whose energy_uj counters advance at `watts` from now on, wrapping
-// at max_energy_range_uj, rewritten (atomically, by rename) every 2 ms until destroyed.
+// at max_energy_range_uj, rewritten (atomically, by rename) every 2 ms until destroyed. On a busy
+// machine the writer can be held off the CPU: a file then lags the true counter by up to the
+// longest gap between two rewrites, which slack_j() turns into joules.
 class FakeRapl {
  public:
   struct Zone {
@@ -50,12 +52,19 @@ class FakeRapl {
     t0_ = monotonic_s();
     advance();
     thread_ = std::thread([this] {
+      double last = monotonic_s();
       while (!stop_) {
         advance();
+        const double now = monotonic_s();
+        if (now - last > max_gap_s_) max_gap_s_ = now - last;
+        last = now;
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
     });
   }
+  // The joules a reading of a zone at `watts` can miss at each end of a span: the files' longest
+  // lag so far, at both ends.
+  double slack_j(double watts) const { return 2 * watts * max_gap_s_; }
   ~FakeRapl() {
     stop_ = true;
     thread_.join();
@@ -87,6 +96,7 @@ class FakeRapl {
   std::mutex mu_;
   std::vector<std::pair<std::string, fs::perms>> modes_;
   std::atomic<bool> stop_{false};
+  std::atomic<double> max_gap_s_{0};
   std::thread thread_;
 };
 
@@ -144,13 +154,16 @@ TEST(EnergyRun, RaplEnergyAtKnownRatesInEveryOutput) {
   for (std::size_t i = 0; i < 2; ++i) {
     const auto joules = sys.numbers("energy_joules_" + std::to_string(i));
     const auto power = sys.numbers("energy_power_" + std::to_string(i));
-    // Cumulative energy against the known rate over the rows, within 2 % (through the wraps).
+    // Cumulative energy against the known rate over the rows (through the wraps).
     // The first row already covers an interval (`sonde run`'s baseline tick is not a row).
-    EXPECT_NEAR(joules.back() - joules.front(), rates[i] * span, 0.02 * rates[i] * span) << i;
+    // A missed or doubled wrap is 50 J; 3 % is sonde reading a tick late, and a late rewrite of
+    // the fake file is rapl.slack_j().
+    const double tolerance = 0.03 * rates[i] * span + rapl.slack_j(rates[i]);
+    EXPECT_NEAR(joules.back() - joules.front(), rates[i] * span, tolerance) << i;
     EXPECT_GE(joules.front(), 0) << i;
     EXPECT_FALSE(std::isnan(power.front())) << i;
     // Mean power over the run: the rate.
-    EXPECT_NEAR(integrate(time, power) / span, rates[i], 0.02 * rates[i]) << i;
+    EXPECT_NEAR(integrate(time, power) / span, rates[i], tolerance / span) << i;
     for (std::size_t k = 1; k < joules.size(); ++k) EXPECT_GE(joules[k], joules[k - 1]) << k;
     node_j += joules.back();
     // The program's share: never above the node's.
@@ -209,7 +222,7 @@ TEST(EnergyRun, ColumnsInSqliteAndStream) {
   const auto time = t.numbers("time");
   ASSERT_GE(joules.size(), 4u);
   EXPECT_NEAR(joules.back() - joules.front(), 40 * (time.back() - time.front()),
-              0.02 * 40 * (time.back() - time.front()));
+              0.03 * 40 * (time.back() - time.front()) + rapl.slack_j(40));
 
   // `sonde stream`: the handshake lists the columns, the samples carry them.
   BackgroundProcess target({workload_binary(), "sleep", "20"});
