@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -360,6 +362,7 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
     if (!refresh(pid, e, prev_boottime_s_, s)) continue;
     s.level_mask = mask;
     if (pid == target_.pid) snap_->target_alive = true;
+    if (s.state == 'Z') reap_own_zombie(pid, e, s);
     const auto index = static_cast<std::uint32_t>(snap_->pids.size());
     for (Level l : {Level::process, Level::user, Level::slurm})
       if (s.in(l)) snap_->members[level_index(l)].push_back(index);
@@ -369,6 +372,42 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   place_reaped();
   prev_boottime_s_ = boottime_s;
   return *snap_;
+}
+
+// A zombie whose parent is sonde (an orphan adopted as subreaper, or the command of `sonde run` at
+// its end) is reaped right after its final read, with wait4: its rusage is its life in µs (own
+// and reaped children), where /proc/<pid>/stat truncated utime and stime to clock ticks, each
+// losing up to a tick. The difference is this interval's own time too (the process ended in it):
+// it goes where the process ran last, so that the level's total is the kernel's exact figure.
+void ProcScanner::reap_own_zombie(int pid, Entry& e, PidSample& s) {
+  const bool orphan =
+      adopter_ > 0 && s.ppid == adopter_ && pid != target_.pid && !(is_helper_ && is_helper_(pid));
+  const bool target = reap_target_ && pid == target_.pid && s.ppid == ::getpid();
+  if (!orphan && !target) return;
+  int status = 0;
+  rusage ru{};
+  pid_t r = 0;
+  while ((r = ::wait4(pid, &status, WNOHANG, &ru)) < 0 && errno == EINTR) {
+  }
+  if (r != pid) return;
+  const auto tv_s = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
+  };
+  if (target) target_reaped_ = TargetExit{status, tv_s(ru.ru_utime), tv_s(ru.ru_stime)};
+  // Gone now: its parent (sonde) is no member, so nothing else counts it again.
+  e.reported_reaped = true;
+  e.have_prev = false;
+  e.level_mask = 0;
+  close_fd(e.stat_fd, fds_open_);
+  close_fd(e.statm_fd, fds_open_);
+  close_fd(e.io_fd, fds_open_);
+  const double tail = tv_s(ru.ru_utime) + tv_s(ru.ru_stime) - (s.cpu_s + s.child_cpu_s);
+  if (tail <= 0) return;
+  s.cpu_delta_s += tail;
+  if (!needs_.threads) return;
+  // Shares stay contiguous: this pid's are the last ones in the snapshot (it is pushed next).
+  for (const CpuShare& w : e.last_cpus) snap_->shares.push_back({w.cpu, tail * w.seconds});
+  s.share_end = static_cast<std::uint32_t>(snap_->shares.size());
 }
 
 void ProcScanner::match_vanished() {

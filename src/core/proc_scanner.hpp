@@ -122,6 +122,15 @@ class ProcScanner {
   /// `sonde run` as the child subreaper of its command: orphans of the tree are re-parented to
   /// `pid` (sonde) and stay in the tree, except the pids `is_helper` names (plugin children).
   void set_adopter(int pid, std::function<bool(int)> is_helper);
+  /// The target (sonde's child, `sonde run`) is reaped by the next scan that reads it as a
+  /// zombie, like the adopted orphans (see reap_own_zombie); its status is then target_reaped().
+  void set_reap_target(bool on) { reap_target_ = on; }
+  /// How the target ended, when a scan reaped it: wait status and wait4's rusage (µs).
+  struct TargetExit {
+    int wstatus = 0;
+    double user_cpu_s = 0, system_cpu_s = 0;
+  };
+  const std::optional<TargetExit>& target_reaped() const { return target_reaped_; }
   /// Upper bound on files kept open; beyond it files are opened and closed per tick.
   void set_fd_budget(std::size_t n) { fd_budget_ = n; }
   std::size_t fds_open() const { return fds_open_; }
@@ -145,6 +154,7 @@ class ProcScanner {
   bool refresh(int pid, Entry& e, double prev_boottime_s, PidSample& out);
   void read_threads(int pid, Entry& e, PidSample& s, std::uint64_t cpu_ticks);
   void place_reaped();
+  void reap_own_zombie(int pid, Entry& e, PidSample& s);
 
   Roots roots_;
   TargetInfo target_;
@@ -179,6 +189,8 @@ class ProcScanner {
   std::uint64_t count_from_ticks_ = 0;  ///< 0: none
   int adopter_ = 0;
   std::function<bool(int)> is_helper_;
+  bool reap_target_ = false;
+  std::optional<TargetExit> target_reaped_;
 };
 
 }  // namespace sonde
