@@ -172,6 +172,14 @@ class CpuCollector final : public Collector {
       }
       unplaced += std::max(0.0, p.cpu_delta_s + p.reaped_cpu_s - placed);
     }
+    // Time recovered when sonde reaped its own children after the previous tick.
+    for (const CpuShare& share : procs.reaped_late[level_index(level)]) {
+      if (share.cpu >= 0 && static_cast<std::size_t>(share.cpu) < slots_ &&
+          index[static_cast<std::size_t>(share.cpu)] >= 0)
+        out[static_cast<std::size_t>(share.cpu)] += share.seconds;
+      else
+        unplaced += share.seconds;
+    }
     if (unplaced > 0 && !ids.empty())
       for (int id : ids)
         out[static_cast<std::size_t>(id)] += unplaced / static_cast<double>(ids.size());

@@ -226,6 +226,8 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   for (const CollectorSlot& slot : engine.collectors())
     if (slot.collector && !slot.guarded && slot.state == CollectorState::ok)
       carried += slot.collector->carried_cpu_s(level);
+  // Recovered by sonde's own reaps after the last tick (the command's last truncated ticks).
+  if (level != Level::system) carried += engine.scanner().reaped_late_s(level);
   j["cpu_carried_s"] = carried;
   if (cpu && cpu->count && carried > 0 && cpu->span > 0)
     j["cpu_mean_cores"] = j["cpu_mean_cores"].get<double>() + carried / cpu->span;
