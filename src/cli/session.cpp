@@ -312,13 +312,20 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
 
   RunOutcome outcome;
   if (so.mode == Mode::run) {
-    int wstatus = 0;
-    rusage usage{};
-    while (::wait4(child, &wstatus, 0, &usage) < 0 && errno == EINTR) {
+    // The final scan reaped the command when it read it as a zombie; else it is reaped here.
+    if (const auto& reaped = engine.scanner().target_reaped()) {
+      outcome.exit_status = status_code(reaped->wstatus);
+      outcome.user_cpu_s = reaped->user_cpu_s;
+      outcome.system_cpu_s = reaped->system_cpu_s;
+    } else {
+      int wstatus = 0;
+      rusage usage{};
+      while (::wait4(child, &wstatus, 0, &usage) < 0 && errno == EINTR) {
+      }
+      outcome.exit_status = status_code(wstatus);
+      outcome.user_cpu_s = tv_s(usage.ru_utime);
+      outcome.system_cpu_s = tv_s(usage.ru_stime);
     }
-    outcome.exit_status = status_code(wstatus);
-    outcome.user_cpu_s = tv_s(usage.ru_utime);
-    outcome.system_cpu_s = tv_s(usage.ru_stime);
   }
   if (head) {
     // The agents end with the command; the nodes' statuses and offsets go into the manifest

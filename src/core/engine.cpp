@@ -488,6 +488,8 @@ const Engine::Tick& Engine::tick() {
                     "sampled every tick",
                     tick_s * 1e3, interval_s_ * 1e3, scanner_->last().total_pids, every));
   }
+  // The collectors saw this tick's zombies; sonde's own are reaped now (their exact rusage).
+  scanner_->reap_own_zombies();
   prev_time_s_ = ctx.time_s;
   ++ticks_;
   return tick_;

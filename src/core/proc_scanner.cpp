@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -247,6 +249,13 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   snap_->vanished.clear();
   snap_->shares.clear();
   snap_->reopened_per_tick = 0;
+  // What the reaps after the previous tick recovered is this interval's.
+  for (std::size_t li = 0; li < kNumLevels; ++li) {
+    snap_->reaped_late[li] = std::move(late_[li]);
+    late_[li].clear();
+    late_s_[li] = 0;
+  }
+  own_zombies_.clear();
 
   const bool discover_now = first_scan || generation_ % discover_every_ == 0;
   snap_->discovered = discover_now;
@@ -360,6 +369,10 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
     if (!refresh(pid, e, prev_boottime_s_, s)) continue;
     s.level_mask = mask;
     if (pid == target_.pid) snap_->target_alive = true;
+    if (s.state == 'Z' && s.ppid == ::getpid() &&
+        ((adopter_ > 0 && pid != target_.pid && !(is_helper_ && is_helper_(pid))) ||
+         (reap_target_ && pid == target_.pid)))
+      own_zombies_.push_back({pid, s.cpu_s + s.child_cpu_s, mask, e.last_cpus});
     const auto index = static_cast<std::uint32_t>(snap_->pids.size());
     for (Level l : {Level::process, Level::user, Level::slurm})
       if (s.in(l)) snap_->members[level_index(l)].push_back(index);
@@ -369,6 +382,46 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   place_reaped();
   prev_boottime_s_ = boottime_s;
   return *snap_;
+}
+
+// A zombie whose parent is sonde (an orphan adopted as subreaper, or the command of `sonde run` at
+// its end) is reaped after the tick that read its final counters, with wait4: its rusage is its
+// life in µs (own and reaped children), where /proc/<pid>/stat truncated utime and stime to clock
+// ticks, each losing up to a tick. The difference goes into the next interval (the rows already
+// written stay), where the process ran last; after the last tick, the summary counts it.
+void ProcScanner::reap_own_zombies() {
+  const auto tv_s = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
+  };
+  for (const OwnZombie& z : own_zombies_) {
+    int status = 0;
+    rusage ru{};
+    pid_t r = 0;
+    while ((r = ::wait4(z.pid, &status, WNOHANG, &ru)) < 0 && errno == EINTR) {
+    }
+    if (r != z.pid) continue;
+    if (z.pid == target_.pid)
+      target_reaped_ = TargetExit{status, tv_s(ru.ru_utime), tv_s(ru.ru_stime)};
+    // Gone now: its parent (sonde) is no member, so nothing else counts it again.
+    if (auto it = entries_.find(z.pid); it != entries_.end()) {
+      Entry& e = *it->second;
+      e.reported_reaped = true;
+      e.have_prev = false;
+      e.level_mask = 0;
+      close_fd(e.stat_fd, fds_open_);
+      close_fd(e.statm_fd, fds_open_);
+      close_fd(e.io_fd, fds_open_);
+    }
+    const double tail = tv_s(ru.ru_utime) + tv_s(ru.ru_stime) - z.known_cpu_s;
+    if (tail <= 0) continue;
+    for (Level l : {Level::process, Level::user, Level::slurm}) {
+      const auto li = level_index(l);
+      if (!((z.level_mask >> li) & 1u)) continue;
+      for (const CpuShare& w : z.last_cpus) late_[li].push_back({w.cpu, tail * w.seconds});
+      late_s_[li] += tail;
+    }
+  }
+  own_zombies_.clear();
 }
 
 void ProcScanner::match_vanished() {

@@ -1,5 +1,6 @@
 #include "core/procfs.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <limits>
@@ -316,6 +317,28 @@ Result<ProcStat> parse_proc_stat(std::string_view text) {
   }
   if (!have_total) return parse_error("/proc/stat: expected a 'cpu' line, found none");
   return ps;
+}
+
+std::optional<std::vector<std::optional<double>>> busy_shares(const ProcStat& prev,
+                                                              const ProcStat& cur,
+                                                              const std::vector<int>& ids) {
+  if (cur.total.total() <= prev.total.total()) return std::nullopt;
+  auto find = [](const ProcStat& st, int id) -> const CpuTimes* {
+    for (std::size_t i = 0; i < st.cpu_ids.size(); ++i)
+      if (st.cpu_ids[i] == id) return &st.per_cpu[i];
+    return nullptr;
+  };
+  std::vector<std::optional<double>> out(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const CpuTimes* now = find(cur, ids[i]);
+    const CpuTimes* old = find(prev, ids[i]);
+    if (now == nullptr || old == nullptr) continue;  // offline
+    const double busy = static_cast<double>(now->busy()) - static_cast<double>(old->busy());
+    const double total = static_cast<double>(now->total()) - static_cast<double>(old->total());
+    if (total <= 0) return std::nullopt;
+    out[i] = std::clamp(busy / total, 0.0, 1.0);
+  }
+  return out;
 }
 
 Result<MemInfo> parse_meminfo(std::string_view text) {

@@ -73,6 +73,15 @@ struct ProcStat {
   std::vector<CpuTimes> per_cpu;  ///< same order as cpu_ids
 };
 Result<ProcStat> parse_proc_stat(std::string_view text);
+/// Each CPU's busy share (0..1) of the time between two /proc/stat reads, in the order of `ids`
+/// (nullopt for a CPU not in both reads: it went offline). nullopt as a whole when the interval
+/// is too short for the counters to resolve: no time passed, or a CPU present in both reads
+/// whose counters did not move at all (below a clock tick: its share is unknown, not 0). The
+/// caller then keeps the earlier read as its baseline, so that the next row covers both
+/// intervals, and leaves this row's cells *and* their avg/min/max empty (never a subset).
+std::optional<std::vector<std::optional<double>>> busy_shares(const ProcStat& prev,
+                                                              const ProcStat& cur,
+                                                              const std::vector<int>& ids);
 
 /// /proc/meminfo values in bytes (the file says kB); absent fields are nullopt.
 struct MemInfo {

@@ -17,7 +17,10 @@ void ColumnStats::add(double v, double dt) {
   max = std::max(max, v);
   sum += v;
   ++count;
-  if (std::isfinite(dt)) integral += v * dt;
+  if (std::isfinite(dt)) {
+    integral += v * dt;
+    span += dt;
+  }
 }
 
 RunStats::RunStats(const Engine& engine) : engine_(engine) {
@@ -217,7 +220,18 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
       cpu && cpu->count ? nlohmann::json(*cpu->mean() / 100 * cpus) : nlohmann::json();
   j["cpu_peak_cores"] =
       cpu && cpu->count ? nlohmann::json(cpu->max / 100 * cpus) : nlohmann::json();
-  j["cpu_seconds"] = cpu ? nlohmann::json(cpu->integral / 100 * cpus) : nlohmann::json();
+  // CPU time measured but in no row (carried past the last one, see Collector::carried_cpu_s):
+  // in the total and the mean, over the rows' span, so that they agree with the rows and wait4.
+  double carried = 0;
+  for (const CollectorSlot& slot : engine.collectors())
+    if (slot.collector && !slot.guarded && slot.state == CollectorState::ok)
+      carried += slot.collector->carried_cpu_s(level);
+  // Recovered by sonde's own reaps after the last tick (the command's last truncated ticks).
+  if (level != Level::system) carried += engine.scanner().reaped_late_s(level);
+  j["cpu_carried_s"] = carried;
+  if (cpu && cpu->count && carried > 0 && cpu->span > 0)
+    j["cpu_mean_cores"] = j["cpu_mean_cores"].get<double>() + carried / cpu->span;
+  j["cpu_seconds"] = cpu ? nlohmann::json(cpu->integral / 100 * cpus + carried) : nlohmann::json();
   TagInputs in;
   if (cpu && cpu->count) in.cpu_mean_pct = *cpu->mean();
 
@@ -269,8 +283,12 @@ std::string summary_text(const nlohmann::json& s) {
     out += fmt::format("  CPU time     user {:.2f} s, system {:.2f} s (wait4)\n", *u,
                        num("system_cpu_s").value_or(0));
   if (auto m = num("cpu_mean_cores"))
-    out += fmt::format("  CPU          mean {:.2f} cores, peak {:.2f} of {:g} available\n", *m,
-                       num("cpu_peak_cores").value_or(0), num("num_cpus").value_or(0));
+    out += fmt::format(
+        "  CPU          mean {:.2f} cores, peak {:.2f} of {:g} available{}\n", *m,
+        num("cpu_peak_cores").value_or(0), num("num_cpus").value_or(0),
+        num("cpu_carried_s").value_or(0) >= 0.005
+            ? fmt::format(" ({:.2f} s recovered after the last row)", *num("cpu_carried_s"))
+            : std::string());
   if (auto m = num("memory_peak_gib"))
     out += fmt::format("  memory       peak {:.3f} GiB of {:.1f} GiB limit\n", *m,
                        num("memory_limit_gib").value_or(0));

@@ -21,6 +21,7 @@ namespace sonde {
 struct ColumnStats {
   std::uint64_t count = 0;
   double sum = 0, min = 0, max = 0, integral = 0;
+  double span = 0;  ///< Σ dt of the measured values
   void add(double v, double dt);
   std::optional<double> mean() const {
     return count ? std::optional<double>(sum / static_cast<double>(count)) : std::nullopt;

@@ -100,7 +100,10 @@ std::vector<std::string> run_invariant_violations(const fs::path& run) {
       for (std::size_t i = 0; i < L.cores.size(); ++i) {
         const double v = L.cores[i][r];
         if (std::isnan(v)) {
-          all_cores = false;  // a core not measured in this interval (the average is the others')
+          // A core not measured while the average is: an average over a subset of the cores.
+          out.push_back(
+              fmt::format("{}: cpu_util_{} is empty but cpu_util_avg is {}", where, i, L.avg[r]));
+          all_cores = false;
           continue;
         }
         if (v > 100.0 + 1e-6) out.push_back(fmt::format("{}: cpu_util_{} = {} > 100", where, i, v));
@@ -123,6 +126,47 @@ std::vector<std::string> run_invariant_violations(const fs::path& run) {
                         where, sum / 100.0, cores_used));
     }
     levels.emplace(name, std::move(L));
+  }
+
+  // The summary's CPU figures are its rows' (and what was carried past the last row, which it
+  // says): total and mean agree with the rows of the summary's level.
+  if (manifest.contains("summary") && manifest["summary"].is_object()) {
+    const auto& sum = manifest["summary"];
+    auto level = levels.find(sum.value("level", std::string()));
+    if (level != levels.end() && !level->second.avg.empty() && sum.contains("cpu_seconds") &&
+        sum["cpu_seconds"].is_number()) {
+      const Level& L = level->second;
+      const double carried = sum.value("cpu_carried_s", 0.0);
+      double rows_s = 0, span = 0, mean_sum = 0;
+      std::size_t measured = 0;
+      for (std::size_t r = 0; r < L.avg.size(); ++r) {
+        if (std::isnan(L.avg[r])) continue;
+        const double dt = r > 0 ? L.time[r] - L.time[r - 1]
+                          : manifest.contains("baseline_time")
+                              ? L.time[0] - manifest["baseline_time"].get<double>()
+                              : 0.0;
+        rows_s += L.avg[r] / 100.0 * L.num_cpus * dt;
+        span += dt;
+        mean_sum += L.avg[r] / 100.0 * L.num_cpus;
+        ++measured;
+      }
+      const double said = sum["cpu_seconds"].get<double>();
+      // The CSV's values are rounded; the summary summed the exact ones.
+      const double slack = 1e-4 * static_cast<double>(measured) * L.num_cpus + 0.002 * said;
+      if (std::abs(said - (rows_s + carried)) > slack + 1e-6)
+        out.push_back(fmt::format(
+            "summary: cpu_seconds {:.4f} but the {} rows hold {:.4f} and {:.4f} was carried", said,
+            L.name, rows_s, carried));
+      if (measured > 0 && span > 0 && sum.contains("cpu_mean_cores") &&
+          sum["cpu_mean_cores"].is_number()) {
+        const double mean = mean_sum / static_cast<double>(measured) + carried / span;
+        const double m = sum["cpu_mean_cores"].get<double>();
+        if (std::abs(m - mean) > 1e-3 + 0.01 * mean)
+          out.push_back(fmt::format(
+              "summary: CPU mean {:.4f} cores but its rows (and what was carried) give {:.4f}", m,
+              mean));
+      }
+    }
   }
 
   // Between levels, at the same tick.

@@ -8,6 +8,13 @@
 //   write MIB PATH        sleep 0.5 s, write MIB MiB to PATH in 1 MiB chunks, fsync, sleep 0.5 s
 //   spawn N MS            sleep 0.3 s, fork N children one after the other, each burning MS ms
 //                         of its own CPU time, sleep 0.3 s
+//   orphans N MS          sleep 0.3 s, then N times: fork a child that forks a grandchild and
+//                         exits at once (the grandchild is orphaned: `sonde run` adopts it),
+//                         the grandchild burns MS ms and exits; the next one starts when it has
+//                         exited; sleep 0.3 s. Each grandchild writes its own rusage line too
+//   zombies N MS HOLD     fork N children at once, each burning MS ms; leave them zombies for
+//                         HOLD s, reap them all and exit at once (their time reaches the
+//                         parent's cutime only at the end)
 //   pinned CPU_A A CPU_B B  two threads: the main one pinned to CPU_A burns A s of its own CPU
 //                         time, a second one pinned to CPU_B burns B s and exits; then the
 //                         main thread waits 0.5 s (so that the exited thread's time is in an
@@ -57,6 +64,8 @@ int usage(const char* argv0, const char* why) {
                "  outsider MIB SECONDS  same as hold\n"
                "  write MIB PATH        write MIB MiB to PATH (1 MiB chunks), fsync\n"
                "  spawn N MS            fork N children in turn, each burning MS ms of CPU\n"
+               "  orphans N MS          N orphaned grandchildren in turn, each burning MS ms\n"
+               "  zombies N MS HOLD     N children burning MS ms, reaped after HOLD s\n"
                "  pinned CPU_A A CPU_B B  threads pinned to two CPUs burn A and B s\n"
                "  exit CODE             exit with CODE (0..255)\n"
                "  kill SIGNUM           raise SIGNUM on itself\n"
@@ -230,6 +239,49 @@ int mode_spawn(long n, long ms) {
   return 0;
 }
 
+int mode_orphans(long n, long ms) {
+  sleep_s(0.3);
+  for (long i = 0; i < n; ++i) {
+    int done[2];
+    if (pipe(done) != 0) return 1;
+    const pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+      close(done[0]);
+      if (fork() == 0) {
+        burn_cpu(static_cast<double>(ms) / 1000.0);
+        std::exit(0);  // writes its rusage line; the pipe closes when it is gone
+      }
+      _exit(0);
+    }
+    close(done[1]);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    char c = 0;
+    while (read(done[0], &c, 1) != 0 && errno == EINTR) {
+    }
+    close(done[0]);
+  }
+  sleep_s(0.3);
+  return 0;
+}
+
+int mode_zombies(long n, long ms, double hold) {
+  for (long i = 0; i < n; ++i) {
+    const pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+      burn_cpu(static_cast<double>(ms) / 1000.0);
+      _exit(0);
+    }
+  }
+  sleep_s(hold);
+  for (long i = 0; i < n; ++i)
+    while (wait(nullptr) < 0 && errno == EINTR) {
+    }
+  return 0;
+}
+
 int mode_kill(long signum) {
   // No core files from the test suite.
   rlimit no_core{0, 0};
@@ -336,6 +388,19 @@ int main(int argc, char** argv) {
     const auto ms = parse_int(argv[3], 0, 3'600'000);
     if (!n || !ms) return usage(argv0, "spawn: expected N and MS (integers)");
     return mode_spawn(*n, *ms);
+  }
+  if (mode == "orphans" && want_args(2)) {
+    const auto n = parse_int(argv[2], 0, 100'000);
+    const auto ms = parse_int(argv[3], 0, 3'600'000);
+    if (!n || !ms) return usage(argv0, "orphans: expected N and MS (integers)");
+    return mode_orphans(*n, *ms);
+  }
+  if (mode == "zombies" && want_args(3)) {
+    const auto n = parse_int(argv[2], 0, 10'000);
+    const auto ms = parse_int(argv[3], 0, 3'600'000);
+    const auto hold = parse_seconds(argv[4]);
+    if (!n || !ms || !hold) return usage(argv0, "zombies: expected N, MS (integers) and HOLD");
+    return mode_zombies(*n, *ms, *hold);
   }
   if (mode == "pinned" && want_args(4)) {
     const auto cpu_a = parse_int(argv[2], 0, 4095);
