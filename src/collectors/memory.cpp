@@ -1,4 +1,8 @@
-// memory (GiB): RSS sum of the level's processes; at the system level MemTotal − MemAvailable.
+// memory (GiB), shared pages counted once: the Pss sum of the level's processes
+// (/proc/<pid>/smaps_rollup; a process whose smaps_rollup is unreadable counts its RSS); at the
+// system level the node's used memory, MemTotal − MemAvailable, or the memory processes map,
+// AnonPages + Mapped, when that is larger (MemAvailable counts mapped file pages as reclaimable,
+// so that a large file mapping could otherwise read more at the user level than at the node's).
 #include <algorithm>
 
 #include "collectors/builtin.hpp"
@@ -22,11 +26,13 @@ class MemoryCollector final : public Collector {
     return {};
   }
 
+  ScanNeeds needs() const override { return {.io = false, .threads = false, .pss = true}; }
+
   Result<RawValue> collect(Level level, const TickContext& ctx) override {
     if (level != Level::system) {
-      std::uint64_t rss = 0;
-      for (auto i : members(ctx, level)) rss += ctx.procs->pids[i].rss_bytes;
-      return RawValue(Scalar{static_cast<double>(rss) / kGiB});
+      std::uint64_t pss = 0;
+      for (auto i : members(ctx, level)) pss += ctx.procs->pids[i].pss_bytes;
+      return RawValue(Scalar{static_cast<double>(pss) / kGiB});
     }
     auto text = read_file(path_);
     if (!text) return text.error();
@@ -34,21 +40,45 @@ class MemoryCollector final : public Collector {
     if (!info) return info.error();
     if (!info->total_bytes || !info->available_bytes)
       return make_error(Errc::parse, path_ + ": expected MemTotal and MemAvailable");
-    const auto used = *info->total_bytes - std::min(*info->total_bytes, *info->available_bytes);
+    auto used = *info->total_bytes - std::min(*info->total_bytes, *info->available_bytes);
+    if (info->anon_pages_bytes && info->mapped_bytes)
+      used = std::max(used, *info->anon_pages_bytes + *info->mapped_bytes);
     return RawValue(Scalar{static_cast<double>(used) / kGiB});
   }
 
  private:
   std::string path_;
 };
+
+// memory_rss (GiB): the RSS sum of the level's processes (statm), shared pages counted once per
+// process as `ps` and `top` show them; not at the system level (the node's figure is `memory`).
+class MemoryRssCollector final : public Collector {
+ public:
+  bool supports(Level level) const override { return level != Level::system; }
+  Result<RawValue> collect(Level level, const TickContext& ctx) override {
+    std::uint64_t rss = 0;
+    for (auto i : members(ctx, level)) rss += ctx.procs->pids[i].rss_bytes;
+    return RawValue(Scalar{static_cast<double>(rss) / kGiB});
+  }
+};
 }  // namespace
 
 CollectorInfo memory_info() {
   return {"sonde.collectors.memory",
-          "memory in GiB: RSS sum per level, MemTotal - MemAvailable for the node",
+          "memory in GiB, shared pages once: Pss sum per level (RSS where smaps_rollup is "
+          "unreadable); for the node MemTotal - MemAvailable, or AnonPages + Mapped if larger",
           {},
           false,
           [](const CollectorArgs& a) { return std::make_unique<MemoryCollector>(*a.roots); }};
+}
+
+CollectorInfo memory_rss_info() {
+  return {"sonde.collectors.memory_rss",
+          "RSS sum per level in GiB, shared pages once per process (as ps shows them); no "
+          "system-level value",
+          {},
+          false,
+          [](const CollectorArgs&) { return std::make_unique<MemoryRssCollector>(); }};
 }
 
 }  // namespace sonde::collectors
