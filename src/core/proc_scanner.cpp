@@ -86,6 +86,10 @@ namespace {
 constexpr std::uint64_t kStatmEvery = 8;
 // Pss reads of a process are spaced by one scan per this much of its resident size.
 constexpr std::uint64_t kPssUnitBytes = 32ull << 20;
+// A process with at most this much resident file-backed and shmem memory (its libraries, for most)
+// has little whose share others could change: its Pss is re-read less often when it is idle.
+constexpr std::uint64_t kPssSharedFew = 16ull << 20;
+constexpr std::uint64_t kPssFewSharedEvery = 32;
 
 bool parse_pid(const char* name, int& pid) {
   const char* end = name + std::strlen(name);
@@ -587,18 +591,21 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
   // when its memory moved since the last read (faults, exact resident size) and `unit` scans have
   // passed, when a child appeared or went (a fork shares its pages; unit / 8 scans apart), and
   // at least every max(kStatmEvery, 2 × unit) scans (what others map or unmap of the pages it
-  // shares changes its share without it moving). In between, its Pss follows its anonymous
-  // resident size (statm's resident less shared): anonymous pages it gained or lost count as its
-  // own (a fork shows as a child); file-backed and shmem pages it mapped, maybe shared with
-  // others, count from the next read. Not readable (another user's process without
-  // CAP_SYS_PTRACE, a zombie): the resident size stands in, and the sample says so.
+  // shares changes its share without it moving; kPssFewSharedEvery when it maps little that is
+  // file-backed or shmem: a fork, where anonymous pages are shared, marks the parent). In between,
+  // its Pss follows its anonymous resident size (statm's resident less shared): anonymous pages it
+  // gained or lost count as its own (a fork shows as a child); file-backed and shmem pages it
+  // mapped, maybe shared with others, count from the next read. Not readable (another user's
+  // process without CAP_SYS_PTRACE, a zombie): the resident size stands in, and the sample says so.
   if (needs_.pss) {
     const std::uint64_t unit = std::max<std::uint64_t>(1, e.rss_bytes / kPssUnitBytes);
     const std::uint64_t gap = generation_ - e.pss_generation;
     const bool moved = faults != e.pss_faults || e.rss_bytes != e.pss_rss_bytes;
+    const std::uint64_t every =
+        e.rss_bytes - e.anon_bytes > kPssSharedFew ? kStatmEvery : kPssFewSharedEvery;
     const bool pss_due = !e.pss_valid ||
                          (e.pss_stale && gap >= std::max<std::uint64_t>(1, unit / 8)) ||
-                         (moved && gap >= unit) || gap >= std::max(kStatmEvery, 2 * unit);
+                         (moved && gap >= unit) || gap >= std::max(every, 2 * unit);
     if (pss_due && !e.pss_denied) {
       ++snap_->pss_reads;
       UniqueFd none;

@@ -38,6 +38,7 @@ class FakeProc {
     char state = 'S';
     std::uint64_t statm_resident = 0;  ///< 0: rss_pages
     std::uint64_t pss_kib = 0;         ///< 0: no smaps_rollup (a zombie's is empty)
+    std::uint64_t statm_shared = 5;    ///< resident file-backed and shmem pages
   };
 
   /// One thread of a process: /proc/<pid>/task/<tid>/stat.
@@ -63,8 +64,9 @@ class FakeProc {
         p.pid, p.comm, p.state, p.ppid, p.pid, p.pid, p.minflt, p.cminflt, p.utime, p.stime,
         p.cutime, p.cstime, p.threads, p.starttime ? p.starttime : 1000 + p.pid, p.rss_pages,
         p.processor);
-    std::ofstream(dir / "statm") << fmt::format("1000 {} 5 1 0 100 0\n",
-                                                p.statm_resident ? p.statm_resident : p.rss_pages);
+    std::ofstream(dir / "statm") << fmt::format("1000 {} {} 1 0 100 0\n",
+                                                p.statm_resident ? p.statm_resident : p.rss_pages,
+                                                p.statm_shared);
     if (p.pss_kib)
       std::ofstream(dir / "smaps_rollup") << fmt::format(
           "00400000-7ffc8b7fe000 ---p 00000000 00:00 0                          [rollup]\n"
@@ -488,7 +490,8 @@ TEST(ProcScannerMemory, PssIsReReadWhenItMayHaveMoved) {
               .minflt = 150,
               .pss_kib = 500});
   EXPECT_EQ(find(scanner.scan(5.0), 100)->pss_bytes, 500u * 1024);
-  // Idle: its share changes through others, seen within 8 scans.
+  // Idle: its share changes through others, seen within 32 scans (it maps little that is
+  // file-backed: its libraries).
   proc.write({.pid = 100,
               .ppid = 1,
               .comm = "p",
@@ -497,8 +500,38 @@ TEST(ProcScannerMemory, PssIsReReadWhenItMayHaveMoved) {
               .minflt = 150,
               .pss_kib = 250});
   std::uint64_t last = 0;
-  for (int i = 0; i < 8; ++i) last = find(scanner.scan(6.0 + i), 100)->pss_bytes;
-  EXPECT_EQ(last, 250u * 1024);
+  for (int i = 0; i < 31; ++i) last = find(scanner.scan(6.0 + i), 100)->pss_bytes;
+  EXPECT_EQ(last, 500u * 1024);
+  EXPECT_EQ(find(scanner.scan(40.0), 100)->pss_bytes, 250u * 1024);
+}
+
+// A process that maps much file-backed or shmem memory (over 16 MiB) has its idle Pss re-read
+// every 8 scans: what others map of the same pages changes its share.
+TEST(ProcScannerMemory, PssOfAProcessMappingSharedFilesIsReReadEvery8Scans) {
+  FakeProc proc;
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t rss = (24ull << 20) / page, shared = (20ull << 20) / page;
+  proc.write({.pid = 100,
+              .ppid = 1,
+              .comm = "p",
+              .uid = 7,
+              .rss_pages = rss,
+              .pss_kib = 20000,
+              .statm_shared = shared});
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, {.pid = 100, .uid = 7},
+                      {true, false, false, true}, {.pss = true});
+  EXPECT_EQ(find(scanner.scan(1.0), 100)->pss_bytes, 20000u * 1024);
+  proc.write({.pid = 100,
+              .ppid = 1,
+              .comm = "p",
+              .uid = 7,
+              .rss_pages = rss,
+              .pss_kib = 6000,
+              .statm_shared = shared});
+  std::uint64_t last = 0;
+  for (int i = 0; i < 7; ++i) last = find(scanner.scan(2.0 + i), 100)->pss_bytes;
+  EXPECT_EQ(last, 20000u * 1024);
+  EXPECT_EQ(find(scanner.scan(9.0), 100)->pss_bytes, 6000u * 1024);
 }
 
 // A large process's Pss is read at most every (resident / 32 MiB) scans while it moves; in
