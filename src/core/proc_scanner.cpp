@@ -615,10 +615,14 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
       auto rollup = m > 0 ? procfs::parse_pid_smaps_rollup(
                                 std::string_view(buf_.data(), static_cast<std::size_t>(m)))
                           : Result<procfs::PidSmapsRollup>(make_error(Errc::io, "unreadable"));
+      // The first read is dated back by pid % 8 scans: processes found together (all of them at
+      // the first scan) do not all come due at the same later scan.
+      const std::uint64_t spread =
+          e.pss_valid ? 0 : std::min<std::uint64_t>(generation_, static_cast<unsigned>(pid) % 8);
       e.pss_valid = rollup.ok();
       if (rollup) e.pss_bytes = rollup->pss_bytes;
       e.pss_stale = false;
-      e.pss_generation = generation_;
+      e.pss_generation = generation_ - spread;
       e.pss_faults = faults;
       e.pss_rss_bytes = e.rss_bytes;
       e.pss_anon_bytes = e.anon_bytes;
