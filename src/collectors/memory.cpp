@@ -4,6 +4,10 @@
 // AnonPages + Mapped, when that is larger (MemAvailable counts mapped file pages as reclaimable,
 // so that a large file mapping could otherwise read more at the user level than at the node's).
 #include <algorithm>
+#include <array>
+#include <functional>
+
+#include <fmt/format.h>
 
 #include "collectors/builtin.hpp"
 #include "core/procfs.hpp"
@@ -14,7 +18,8 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 class MemoryCollector final : public Collector {
  public:
-  explicit MemoryCollector(const Roots& roots) : path_(roots.proc + "/meminfo") {}
+  MemoryCollector(const Roots& roots, std::function<void(const std::string&)> warn)
+      : path_(roots.proc + "/meminfo"), warn_(std::move(warn)) {}
 
   Result<void> setup() override {
     auto text = read_file(path_);
@@ -31,7 +36,24 @@ class MemoryCollector final : public Collector {
   Result<RawValue> collect(Level level, const TickContext& ctx) override {
     if (level != Level::system) {
       std::uint64_t pss = 0;
-      for (auto i : members(ctx, level)) pss += ctx.procs->pids[i].pss_bytes;
+      std::size_t denied = 0;
+      int denied_pid = 0;
+      for (auto i : members(ctx, level)) {
+        const PidSample& p = ctx.procs->pids[i];
+        pss += p.pss_bytes;
+        if (p.pss_denied && p.rss_bytes > 0) {
+          ++denied;
+          denied_pid = p.pid;
+        }
+      }
+      auto& warned = warned_[level_index(level)];
+      if (denied > 0 && !warned && warn_) {
+        warned = true;
+        warn_(fmt::format(
+            "/proc/<pid>/smaps_rollup of {} process(es) of the {} level (e.g. {}) is not readable "
+            "(permission denied): `memory` counts their RSS, their shared pages once per process",
+            denied, level_name(level), denied_pid));
+      }
       return RawValue(Scalar{static_cast<double>(pss) / kGiB});
     }
     auto text = read_file(path_);
@@ -48,6 +70,8 @@ class MemoryCollector final : public Collector {
 
  private:
   std::string path_;
+  std::function<void(const std::string&)> warn_;
+  std::array<bool, kNumLevels> warned_{};
 };
 
 // memory_rss (GiB): the RSS sum of the level's processes (statm), shared pages counted once per
@@ -64,12 +88,13 @@ class MemoryRssCollector final : public Collector {
 }  // namespace
 
 CollectorInfo memory_info() {
-  return {"sonde.collectors.memory",
-          "memory in GiB, shared pages once: Pss sum per level (RSS where smaps_rollup is "
-          "unreadable); for the node MemTotal - MemAvailable, or AnonPages + Mapped if larger",
-          {},
-          false,
-          [](const CollectorArgs& a) { return std::make_unique<MemoryCollector>(*a.roots); }};
+  return {
+      "sonde.collectors.memory",
+      "memory in GiB, shared pages once: Pss sum per level (RSS where smaps_rollup is "
+      "unreadable); for the node MemTotal - MemAvailable, or AnonPages + Mapped if larger",
+      {},
+      false,
+      [](const CollectorArgs& a) { return std::make_unique<MemoryCollector>(*a.roots, a.warn); }};
 }
 
 CollectorInfo memory_rss_info() {

@@ -628,6 +628,7 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
       e.pss_anon_bytes = e.anon_bytes;
     }
     s.pss_from_rss = !e.pss_valid;
+    s.pss_denied = e.pss_denied;
     if (e.pss_valid) {
       const auto est =
           static_cast<std::int64_t>(e.pss_bytes) +

@@ -65,6 +65,7 @@ struct PidSample {
   /// not read (ScanNeeds::pss unset) or not readable (pss_from_rss).
   std::uint64_t pss_bytes = 0;
   bool pss_from_rss = false;  ///< smaps_rollup was not readable: pss_bytes is rss_bytes
+  bool pss_denied = false;    ///< smaps_rollup is not readable by sonde (EACCES/EPERM)
   bool io_valid = false;      ///< /proc/<pid>/io could be read
   bool io_denied = false;     ///< /proc/<pid>/io is not readable by sonde (EACCES/EPERM)
   procfs::PidIo io;           ///< cumulative counters (including reaped children's)
