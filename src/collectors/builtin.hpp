@@ -7,6 +7,7 @@ namespace sonde::collectors {
 CollectorInfo process_info();
 CollectorInfo cpu_info();
 CollectorInfo memory_info();
+CollectorInfo memory_rss_info();
 CollectorInfo io_info();
 CollectorInfo network_info();
 CollectorInfo procs_info();

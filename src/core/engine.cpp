@@ -299,6 +299,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
     const ScanNeeds n = slot.collector->needs();
     needs.io = needs.io || n.io;
     needs.threads = needs.threads || n.threads;
+    needs.pss = needs.pss || n.pss;
   }
   // Hooks run in priority order (core = 0, lower first); equal priorities keep config order.
   for (std::size_t i = 0; i < e->slots_.size(); ++i) e->call_order_.push_back(i);

@@ -24,6 +24,7 @@ namespace sonde {
 struct ScanNeeds {
   bool io = false;       ///< /proc/<pid>/io for level members
   bool threads = false;  ///< per-thread CPU placement of busy multi-threaded members
+  bool pss = false;      ///< /proc/<pid>/smaps_rollup (Pss) for level members
 };
 
 /// CPU time of one pid spent on one CPU during the last interval.
@@ -59,10 +60,16 @@ struct PidSample {
   /// first seen). Never negative.
   double reaped_cpu_s = 0;
   std::uint64_t rss_bytes = 0;  ///< resident set, exact (/proc/<pid>/statm)
-  bool io_valid = false;        ///< /proc/<pid>/io could be read
-  bool io_denied = false;       ///< /proc/<pid>/io is not readable by sonde (EACCES/EPERM)
-  procfs::PidIo io;             ///< cumulative counters (including reaped children's)
-  procfs::PidIo io_delta;       ///< growth since the previous tick (whole life if born since)
+  /// Proportional set size (/proc/<pid>/smaps_rollup): shared pages divided among the processes
+  /// mapping them, so that a sum over processes counts them once. rss_bytes when smaps_rollup is
+  /// not read (ScanNeeds::pss unset) or not readable (pss_from_rss).
+  std::uint64_t pss_bytes = 0;
+  bool pss_from_rss = false;  ///< smaps_rollup was not readable: pss_bytes is rss_bytes
+  bool pss_denied = false;    ///< smaps_rollup is not readable by sonde (EACCES/EPERM)
+  bool io_valid = false;      ///< /proc/<pid>/io could be read
+  bool io_denied = false;     ///< /proc/<pid>/io is not readable by sonde (EACCES/EPERM)
+  procfs::PidIo io;           ///< cumulative counters (including reaped children's)
+  procfs::PidIo io_delta;     ///< growth since the previous tick (whole life if born since)
   /// What sonde already counted of the children reaped in this interval (their last-read I/O):
   /// io_delta − io_reaped_known is the level's new I/O of this pid. May run ahead of io_delta by
   /// one tick (the reap seen in stat before io): consumers keep their sums monotonic.
@@ -108,6 +115,8 @@ struct ProcSnapshot {
   bool target_alive = false;
   /// Pids whose files could not be kept open (open-file limit) and were opened per tick.
   std::size_t reopened_per_tick = 0;
+  /// smaps_rollup files read in this scan (the rest kept their last Pss), for the bench.
+  std::size_t pss_reads = 0;
 };
 
 class ProcScanner {
@@ -173,6 +182,8 @@ class ProcScanner {
   std::vector<OwnZombie> own_zombies_;
   std::array<std::vector<CpuShare>, kNumLevels> late_;
   std::array<double, kNumLevels> late_s_{};
+  /// The next read of `pid` re-reads its Pss (a child of it appeared or went).
+  void mark_pss_stale(int pid);
 
   Roots roots_;
   TargetInfo target_;

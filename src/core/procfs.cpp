@@ -185,6 +185,34 @@ Result<PidStatm> parse_pid_statm(std::string_view text) {
   return m;
 }
 
+Result<PidSmapsRollup> parse_pid_smaps_rollup(std::string_view text) {
+  // The first line names the address range ("00400000-7ffd… ---p 00000000 00:00 0 [rollup]"),
+  // then "Name:   value kB" lines.
+  PidSmapsRollup r;
+  bool have_pss = false;
+  int line_no = 0;
+  while (!text.empty()) {
+    const std::string_view line = next_line(text);
+    ++line_no;
+    const auto colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view key = line.substr(0, colon);
+    std::uint64_t* out = key == "Pss" ? &r.pss_bytes : key == "Rss" ? &r.rss_bytes : nullptr;
+    if (!out) continue;
+    std::string_view rest = line.substr(colon + 1);
+    const std::string_view value = next_token(rest);
+    const std::string_view unit = next_token(rest);
+    std::uint64_t kib = 0;
+    if (!to_num(value, kib) || unit != "kB" || kib > UINT64_MAX / 1024)
+      return parse_error(where_line("/proc/<pid>/smaps_rollup", line_no) + "expected '" +
+                         std::string(key) + ": <n> kB', found " + quoted(line));
+    *out = kib * 1024;
+    have_pss = have_pss || out == &r.pss_bytes;
+  }
+  if (!have_pss) return parse_error("/proc/<pid>/smaps_rollup: no Pss line");
+  return r;
+}
+
 Result<PidIo> parse_pid_io(std::string_view text) {
   PidIo io;
   struct Key {
@@ -347,8 +375,10 @@ Result<MemInfo> parse_meminfo(std::string_view text) {
     std::string_view name;
     std::optional<std::uint64_t> MemInfo::*member;
   };
-  static constexpr std::array<Key, 5> kKeys = {{
+  static constexpr std::array<Key, 7> kKeys = {{
       {"MemTotal", &MemInfo::total_bytes},
+      {"AnonPages", &MemInfo::anon_pages_bytes},
+      {"Mapped", &MemInfo::mapped_bytes},
       {"MemAvailable", &MemInfo::available_bytes},
       {"MemFree", &MemInfo::free_bytes},
       {"SwapTotal", &MemInfo::swap_total_bytes},

@@ -203,7 +203,8 @@ struct KnownColumn {
 const KnownColumn kKnownColumns[] = {
     {"memory",
      {"sonde_memory_used_bytes", Type::gauge, "bytes", kGiB, false,
-      "Memory in use on the node (MemTotal - MemAvailable)."}},
+      "Memory in use on the node (MemTotal - MemAvailable, or AnonPages + Mapped when "
+      "larger)."}},
     {"cpu_util_avg",
      {"sonde_cpu_utilization_average_ratio", Type::gauge, "ratio", 0.01, false,
       "Mean busy fraction over all CPUs of the node during the last interval (0-1)."}},
