@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/base64.hpp"
 #include "core/fs.hpp"
 #include "core/gzip.hpp"
 #include "core/json_text.hpp"
@@ -97,27 +98,7 @@ std::string gzip_base64(const std::string& text) {
   // (bench/report).
   const std::string gz = gzip(text, 1);
   if (gz.empty()) return {};
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((gz.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(gz[k]); };
-  for (; i + 2 < gz.size(); i += 3) {
-    const unsigned v = (byte(i) << 16) | (byte(i + 1) << 8) | byte(i + 2);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
-  }
-  if (i < gz.size()) {
-    const unsigned v = (byte(i) << 16) | (i + 1 < gz.size() ? byte(i + 1) << 8 : 0u);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < gz.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
+  return base64_encode(gz);
 }
 
 double json_number(const nlohmann::json& j, const char* key) {
