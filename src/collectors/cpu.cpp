@@ -23,11 +23,11 @@
 #include <fmt/format.h>
 
 #include "collectors/builtin.hpp"
+#include "core/nan.hpp"
 #include "core/procfs.hpp"
 
 namespace sonde::collectors {
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 class CpuCollector final : public Collector {
  public:
@@ -155,31 +155,15 @@ class CpuCollector final : public Collector {
   // before any cap; time on a CPU outside the level's set is spread over the set.
   std::vector<double> raw(Level level, const TickContext& ctx) const {
     std::vector<double> out(slots_, 0.0);
-    const auto& procs = *ctx.procs;
     const auto& index = handle_index_[level_index(level)];
     const auto& ids = level_ids(level);
-    double unplaced = 0;
-    for (auto i : members(ctx, level)) {
-      const PidSample& p = procs.pids[i];
-      double placed = 0;
-      for (auto s = p.share_begin; s < p.share_end; ++s) {
-        const CpuShare& share = procs.shares[s];
-        if (share.cpu < 0 || static_cast<std::size_t>(share.cpu) >= slots_ ||
-            index[static_cast<std::size_t>(share.cpu)] < 0)
-          continue;
-        out[static_cast<std::size_t>(share.cpu)] += share.seconds;
-        placed += share.seconds;
-      }
-      unplaced += std::max(0.0, p.cpu_delta_s + p.reaped_cpu_s - placed);
-    }
-    // Time recovered when sonde reaped its own children after the previous tick.
-    for (const CpuShare& share : procs.reaped_late[level_index(level)]) {
-      if (share.cpu >= 0 && static_cast<std::size_t>(share.cpu) < slots_ &&
-          index[static_cast<std::size_t>(share.cpu)] >= 0)
-        out[static_cast<std::size_t>(share.cpu)] += share.seconds;
-      else
-        unplaced += share.seconds;
-    }
+    const double unplaced = place_cpu_shares(ctx, level, [&](int cpu, double seconds) {
+      if (cpu < 0 || static_cast<std::size_t>(cpu) >= slots_ ||
+          index[static_cast<std::size_t>(cpu)] < 0)
+        return false;
+      out[static_cast<std::size_t>(cpu)] += seconds;
+      return true;
+    });
     if (unplaced > 0 && !ids.empty())
       for (int id : ids)
         out[static_cast<std::size_t>(id)] += unplaced / static_cast<double>(ids.size());

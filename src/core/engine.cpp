@@ -4,6 +4,7 @@
 // per call, with no hand-off per call; a call that hangs is left behind on its thread and never
 // destroyed under it (design: core/watchdog.hpp). Exceptions stop at the collector boundary.
 #include "core/engine.hpp"
+#include "core/nan.hpp"
 
 #include <sys/resource.h>
 #include <time.h>
@@ -11,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
-#include <limits>
 #include <map>
 #include <mutex>
 
@@ -20,7 +20,6 @@
 
 namespace sonde {
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include <fmt/format.h>
 
 #include "core/json_text.hpp"
+#include "core/nan.hpp"
 
 namespace sonde {
 
@@ -48,21 +48,11 @@ const RunStats::Column* RunStats::find(Level level, const std::string& column) c
 
 namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 nlohmann::json opt(std::optional<double> v) {
   return v ? nlohmann::json(*v) : nlohmann::json();
 }
 
-std::string bytes_text(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (std::fabs(b) >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
-}
 // GPU part of the summary. The GPUs the level used are those where it held memory (at the system
 // level: all of them); their per-device means are averaged. Fills the GPU inputs of the tags
 // (bottleneck_tags).
@@ -161,6 +151,16 @@ std::string joules_text(double j) {
 }
 
 }  // namespace
+
+std::string bytes_text(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
+}
 
 std::vector<std::string> bottleneck_tags(const TagInputs& in) {
   constexpr double kCpuBound = 70, kMemoryBound = 0.8, kGpuUtilBound = 70, kGpuMemoryBound = 0.9,

@@ -92,6 +92,9 @@ std::vector<std::string> bottleneck_tags(const TagInputs& in);
 /// energy_kwh, co2_g, carbon_intensity_g_per_kwh, energy_by_domain_j, energy_node_j).
 nlohmann::json summary_json(const Engine& engine, const RunStats& stats, const RunOutcome& outcome);
 
+/// Bytes as the summaries show them: "512 B", "1.5 GiB" (binary units up to TiB).
+std::string bytes_text(double bytes);
+
 /// What 100 % CPU means at `level` in a manifest's node_info: cpus_per_level.<level>.num_cpus,
 /// else (older runs) num_system_cpus for the node and num_cpus for the other levels; NaN if none.
 double level_num_cpus(const nlohmann::json& node, Level level);

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "core/nan.hpp"
+
 namespace sonde::prom {
 
 Format negotiate(std::string_view accept) {
@@ -183,7 +185,6 @@ void render(const std::vector<Family>& families, Format f, std::string& out) {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 /// What a known column becomes.
 struct KnownMetric {
