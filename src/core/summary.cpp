@@ -744,6 +744,20 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
   j["cpu_mean_cores"] = group("cpu_cores", "mean");
   j["cpu_peak_cores"] = group("cpu_cores", "max");
   j["cpu_seconds"] = ML.contains("cpu_seconds") ? ML["cpu_seconds"] : nlohmann::json();
+  // CPU time the run measured after its last row (summary_json's cpu_carried_s): in the whole
+  // run's figures, as `sonde run` printed them; a window holds rows only.
+  const bool same_level = stored.is_object() && stored.contains("level") &&
+                          stored["level"].is_string() && stored["level"] == mname;
+  const double carried = !window && same_level ? json_number(stored, "cpu_carried_s", 0.0) : 0.0;
+  j["cpu_carried_s"] = std::isfinite(carried) && carried > 0 ? carried : 0.0;
+  if (j["cpu_carried_s"].get<double>() > 0) {
+    const double c = j["cpu_carried_s"].get<double>();
+    if (j["cpu_seconds"].is_number()) j["cpu_seconds"] = j["cpu_seconds"].get<double>() + c;
+    // The mean with the carried time spread over the rows' span is the live summary's (the span
+    // of its first tick is not in the rows).
+    if (stored.contains("cpu_mean_cores") && stored["cpu_mean_cores"].is_number())
+      j["cpu_mean_cores"] = stored["cpu_mean_cores"];
+  }
   j["memory_peak_gib"] = group("memory", "max");
   j["memory_limit_gib"] = group("memory", "limit");
   j["read_bytes"] = total(ML, "read_bytes");

@@ -21,6 +21,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/summary.hpp"
+#include "sinks/run_reader.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {
@@ -632,6 +634,13 @@ TEST(Accuracy, TimeRecoveredAtTheLastReapsIsNotDropped) {
   expect_within(totals(r.run, "process").cpu_core_s + carried_cpu_s(r.summary),
                 wait4_cpu_s(r.summary), kCpuTolerance,
                 "core-seconds of 150 zombies of 20 ms (rows and carried)");
+  // `sonde report` and the Jupyter package summarize the stored run: the same total.
+  auto run = read_run(r.run.string());
+  ASSERT_TRUE(run) << run.error().message;
+  const nlohmann::json stored = summarize_run(*run);
+  EXPECT_NEAR(stored.at("cpu_carried_s").get<double>(), carried_cpu_s(r.summary), 1e-6);
+  expect_within(stored.at("cpu_seconds").get<double>(), wait4_cpu_s(r.summary), kCpuTolerance,
+                "core-seconds of 150 zombies of 20 ms (stored run's summary)");
 }
 
 // Issue 23, finding 4: an interval below two clock ticks at the system level. A core whose
