@@ -10,7 +10,8 @@
 // CPU" placement or clock-tick accounting puts above what a core ran (a thread that migrated, a
 // tick per process and interval) moves to the level's other cores with room, else is carried into
 // the next interval: no row exceeds what its level could use, and the per-core columns add up to
-// the level's total, which stays exact over the run.
+// the level's total, which stays exact over the run. The same for a process level whose CPU quota
+// is below its CPU count: time above the quota in an interval (a burst) is carried.
 #include <unistd.h>
 
 #include <algorithm>
@@ -192,6 +193,15 @@ class CpuCollector final : public Collector {
     return excess - moved;
   }
 
+  // Scales `placed` down to at most `limit` seconds in all; returns what was taken off.
+  static double cap_total(std::vector<double>& placed, double limit) {
+    double sum = 0;
+    for (double v : placed) sum += v;
+    if (!(limit > 0) || sum <= limit) return 0;
+    for (double& v : placed) v *= limit / sum;
+    return sum - limit;
+  }
+
   void place_levels(const TickContext& ctx) {
     const double dt = ctx.dt_s;
     auto cap_of = [&](Level l) {
@@ -218,6 +228,9 @@ class CpuCollector final : public Collector {
     process.assign(slots_, 0.0);
     const std::vector<double> process_want = with_carry(raw(Level::process, ctx), Level::process);
     carry_[pi] = fill(process, process_want, cap_of(Level::process));
+    // A CPU quota narrower than the level's CPUs (its 100 %) is a limit the kernel keeps over its
+    // period, not within every interval: a group bursts past it. What goes above it is carried.
+    carry_[pi] += cap_total(process, level_cpus(Level::process) * dt);
     for (Level l : {Level::user, Level::slurm}) {
       const auto li = level_index(l);
       auto& placed = placed_[li];

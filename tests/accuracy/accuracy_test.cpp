@@ -359,6 +359,38 @@ TEST(Accuracy, ReadsAfterDroppingCaches) {
                 "bytes read from disk");
 }
 
+// Issue 23, finding 6: what the I/O columns count (docs/accuracy.md, "I/O"). 32 MiB written to
+// /dev/shm (calls, no block I/O), 16 MiB written to a file deleted before writeback (counted as
+// written: the kernel's cancelled_write_bytes is not subtracted), 16 MiB written and synced, then
+// read back from the page cache (calls, no block I/O). The truth is the reaping shell's own
+// /proc/self/io.
+TEST(Accuracy, IoCountsWhatReachesStorageAndEveryCall) {
+  const fs::path dir = scratch_dir();
+  const fs::path truth_file = dir / "truth.io";
+  const std::string shm = "/dev/shm/sonde-accuracy-io-" + std::to_string(::getpid());
+  const std::string script =
+      "cd " + dir.string() + " && dd if=/dev/zero of=" + shm +
+      " bs=64K count=512 status=none && rm " + shm +
+      " && dd if=/dev/zero of=gone bs=64K count=256 status=none && rm gone"
+      " && dd if=/dev/zero of=kept bs=64K count=256 conv=fsync status=none"
+      " && dd if=kept of=/dev/null bs=64K status=none && sleep 0.3; exec cat /proc/$$/io > " +
+      truth_file.string();
+  auto r = sonde_run(dir, {"--interval", "0.2"}, {"sh", "-c", script});
+  ASSERT_EQ(r.result.status, 0) << r.result.describe();
+  const auto truth = parse_io(read_file(truth_file));
+  // The kernel's side of the definition: the shm writes are not block I/O, the deleted file is.
+  ASSERT_GE(truth.at("write_bytes"), 31 * kMiB);
+  ASSERT_LE(truth.at("write_bytes"), 40 * kMiB);
+  ASSERT_GE(truth.at("syscw"), 1024) << "512 + 256 + 256 write calls of dd";
+  const Totals t = totals(r.run, "process");
+  expect_within(t.write_bytes, truth.at("write_bytes"), kIoTolerance,
+                "bytes written (shm: none; a file deleted before writeback: counted)");
+  expect_within(t.write_ops, truth.at("syscw"), kIoTolerance, "write calls (shm included)");
+  expect_within(t.read_ops, truth.at("syscr"), kIoTolerance, "read calls (cached reads included)");
+  EXPECT_NEAR(t.read_bytes, truth.at("read_bytes"), 1 * kMiB) << "cached reads are not block I/O";
+  EXPECT_LT(t.read_bytes, 8 * kMiB) << "the 16 MiB read back came from the page cache";
+}
+
 // Defect 4: memory from statm (exact), not stat's per-CPU-batched rss (memory_rss; memory is the
 // Pss sum, within the same tolerance).
 TEST(Accuracy, MemoryOfManyProcessesIsExact) {
@@ -618,6 +650,77 @@ TEST(Accuracy, AdoptedOrphansReapedBySondeMatchTheKernel) {
                 "core-seconds of 200 adopted orphans of 20 ms (summary)");
   expect_within(totals(r.run, "process").cpu_core_s + carried_cpu_s(r.summary), truth,
                 kCpuTolerance, "core-seconds of 200 adopted orphans of 20 ms (rows and carried)");
+}
+
+// A CPU quota of `cpus` CPUs for one test (root; cgroup v1 `cpu` or v2 `cpu.max`).
+class QuotaCgroup {
+ public:
+  explicit QuotaCgroup(double cpus) {
+    if (::geteuid() != 0) return;
+    const std::string name = "sonde-quota-" + std::to_string(::getpid());
+    const auto period = 100000;
+    const auto quota = static_cast<long>(cpus * period);
+    std::error_code ec;
+    if (fs::exists("/sys/fs/cgroup/cgroup.controllers")) {
+      dir_ = fs::path("/sys/fs/cgroup") / name;
+      if (!fs::create_directory(dir_, ec) ||
+          !write(dir_ / "cpu.max", std::to_string(quota) + " " + std::to_string(period)))
+        clear();
+    } else if (fs::exists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")) {
+      dir_ = fs::path("/sys/fs/cgroup/cpu") / name;
+      if (!fs::create_directory(dir_, ec) ||
+          !write(dir_ / "cpu.cfs_period_us", std::to_string(period)) ||
+          !write(dir_ / "cpu.cfs_quota_us", std::to_string(quota)))
+        clear();
+    }
+  }
+  ~QuotaCgroup() { clear(); }
+  bool ok() const { return !dir_.empty(); }
+  fs::path procs() const { return dir_ / "cgroup.procs"; }
+
+ private:
+  static bool write(const fs::path& file, const std::string& text) {
+    std::ofstream out(file);
+    out << text;
+    out.flush();
+    return static_cast<bool>(out);
+  }
+  void clear() {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove(dir_, ec);  // empty by then: every task was reaped
+    dir_.clear();
+  }
+  fs::path dir_;
+};
+
+// Issue 23, finding 3: two busy threads under a CPU quota of 0.5 CPU. The kernel keeps a quota
+// over its period, not within every interval of sonde (a group bursts past it), and rows read up
+// to 140 % of the quota at 0.1 s. No row may exceed the quota (the level's 100 %), and the total
+// still matches wait4: what a burst puts above it is carried. sonde runs in the cgroup too, so
+// that it sees the quota as its command's.
+TEST(Accuracy, RowsUnderACpuQuotaStayWithinIt) {
+  QuotaCgroup cg(0.5);
+  if (!cg.ok()) GTEST_SKIP() << "needs root and a cgroup v1 cpu or v2 cpu.max to set a quota";
+  const fs::path dir = scratch_dir();
+  auto r = sonde_run(dir, {"--interval", "0.1", "--levels", "process,system"},
+                     {workload(), "pinned", "0", "0.8", "1", "0.8"},
+                     {"sh", "-c", "echo $$ > '" + cg.procs().string() + "' && exec \"$0\" \"$@\""});
+  ASSERT_EQ(r.result.status, 0) << r.result.describe();
+  ASSERT_NEAR(r.summary.at("num_cpus").get<double>(), 0.5, 1e-9) << "the quota is the 100 %";
+  const CsvTable t = read_csv(r.run / "perf_process.csv");
+  std::size_t rows = 0;
+  for (double v : t.numbers("cpu_util_avg")) {
+    if (!std::isfinite(v)) continue;
+    ++rows;
+    EXPECT_LE(v, 100.0 + 1e-6) << "a row above the quota";
+  }
+  EXPECT_GE(rows, 20u);
+  EXPECT_LE(r.summary.at("cpu_peak_cores").get<double>(), 0.5 + 1e-6);
+  expect_within(summary_cpu_s(r.summary), wait4_cpu_s(r.summary), kCpuTolerance,
+                "core-seconds of two threads under a quota of 0.5 CPU (summary)");
+  expect_within(totals(r.run, "process").cpu_core_s + carried_cpu_s(r.summary),
+                wait4_cpu_s(r.summary), kCpuTolerance,
+                "core-seconds of two threads under a quota of 0.5 CPU (rows and carried)");
 }
 
 // Issue 23, finding 2: children left as zombies and reaped just before the command exits. What
