@@ -129,7 +129,8 @@ def test_quickstart_notebook(tmp_path):
         "cell_index,raw_cell,start_time,end_time,duration,wallclock_start_time,"
         "wallclock_end_time")
     text, _, _ = outputs_of(cells[14])
-    assert re.search(r"^\(\d+, 14\) \d+$", text, re.M) and "loaded_perfdata_df" in text, text
+    # 15 columns (14 before memory_rss joined memory, now Pss, at the process level).
+    assert re.search(r"^\(\d+, 15\) \d+$", text, re.M) and "loaded_perfdata_df" in text, text
 
     # The Python API: `with service.monitored():` is cell 0 of the service's history.
     text, _, _ = outputs_of(cells[15])

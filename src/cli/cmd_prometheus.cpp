@@ -62,11 +62,10 @@ std::unique_ptr<promq::Api> make_api(const PrometheusOptions& o, int& status) {
   co.timeout_s = o.timeout_s;
   co.command_timeout_s = o.command_timeout_s;
   co.max_body_bytes = static_cast<std::uint64_t>(o.max_body_mib * 1024 * 1024);
-  std::string warning;
   if (!o.user.empty()) {
     co.user = o.user;
     if (!o.password_file.empty()) {
-      auto p = http::read_secret_file(o.password_file, "--prometheus-password-file", &warning);
+      auto p = http::read_secret_file(o.password_file, "--prometheus-password-file");
       if (!p) return print_error(p.error().message), nullptr;
       co.password = *p;
     } else if (const char* env = std::getenv("SONDE_PROMETHEUS_PASSWORD"); env && *env) {
@@ -85,13 +84,12 @@ std::unique_ptr<promq::Api> make_api(const PrometheusOptions& o, int& status) {
     print_error("--prometheus-password-file: only with --prometheus-user USER");
     return nullptr;
   } else if (!o.token_file.empty()) {
-    auto t = http::read_secret_file(o.token_file, "--prometheus-token-file", &warning);
+    auto t = http::read_secret_file(o.token_file, "--prometheus-token-file");
     if (!t) return print_error(t.error().message), nullptr;
     co.token = *t;
   } else if (const char* env = std::getenv("SONDE_PROMETHEUS_TOKEN"); env && *env) {
     co.token = env;
   }
-  if (!warning.empty()) std::cerr << "sonde: warning: " << warning << "\n";
   auto client = http::Client::create(o.url, co);
   if (!client) return print_error(client.error().message), nullptr;
   status = kExitOk;

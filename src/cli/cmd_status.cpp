@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
+#include "core/fs.hpp"
 #include "core/json_text.hpp"
 #include "core/trust.hpp"
 #include "gpu/gpu.hpp"
@@ -48,19 +49,6 @@ void on_signal(int sig) {
     [[maybe_unused]] auto n = ::write(fd, &b, 1);
   }
   errno = saved;
-}
-
-bool write_all(int fd, const std::string& s) {
-  std::size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t n = ::write(fd, s.data() + off, s.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    off += static_cast<std::size_t>(n);
-  }
-  return true;
 }
 
 // Cuts a line to `cols` visible columns, keeping ANSI escape sequences (and resetting colours

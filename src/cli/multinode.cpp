@@ -6,7 +6,6 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/signalfd.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -28,6 +27,7 @@
 #include "core/json_text.hpp"
 #include "core/sampler.hpp"
 #include "core/slurm_job.hpp"
+#include "core/spawn.hpp"
 #include "core/threads.hpp"
 #include "core/trust.hpp"
 #include "sinks/csv_run_dir.hpp"
@@ -68,91 +68,11 @@ double slurm_command_timeout() {
   return t;
 }
 
-struct Captured {
-  /// exit status, 128+N when killed, -1 when it could not start, kTimedOut past its deadline
-  int status = -1;
-  static constexpr int kTimedOut = -2;
-  std::string out, err;
-};
-
-/// Runs `argv` (found on PATH) and captures its output (a few KiB expected). Past `timeout_s`
-/// the command's process group is killed and the result is kTimedOut, with the reason in `err`.
+/// Runs a Slurm client command and captures its output (a few KiB expected), within
+/// `timeout_s`. Found as find_program finds it, not by posix_spawnp's own PATH search, which
+/// AT_SECURE does not restrict.
 Captured capture(const std::vector<std::string>& argv, double timeout_s = slurm_command_timeout()) {
-  Captured c;
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return c;
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
-    return c;
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  // Its own process group, so that a deadline kills what it started too (they hold the pipes).
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  pid_t pid = -1;
-  // Found as find_program finds it (not posix_spawnp's own PATH search, which AT_SECURE does
-  // not restrict).
-  const std::string exe = find_program(argv[0]);
-  const int rc =
-      exe.empty() ? ENOENT : ::posix_spawn(&pid, exe.c_str(), &fa, &attr, args.data(), environ);
-  posix_spawnattr_destroy(&attr);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(out[1]);
-  ::close(err[1]);
-  if (rc == 0) {
-    note_helper_child(pid);
-    pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-    int open = 2;
-    char buf[4096];
-    const double deadline = monotonic_now() + timeout_s;
-    bool timed_out = false;
-    while (open > 0) {
-      const double left = deadline - monotonic_now();
-      if (left <= 0) {
-        timed_out = true;
-        ::kill(-pid, SIGKILL);
-        break;
-      }
-      const int ms = static_cast<int>(std::min(left * 1000 + 1, 60000.0));
-      if (::poll(fds, 2, ms) < 0) {
-        if (errno == EINTR) continue;
-        break;
-      }
-      for (int i = 0; i < 2; ++i) {
-        if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
-        if (n > 0) {
-          std::string& dst = i == 0 ? c.out : c.err;
-          if (dst.size() < (std::size_t{1} << 20)) dst.append(buf, static_cast<std::size_t>(n));
-        } else if (n == 0 || errno != EINTR) {
-          fds[i].fd = -1;
-          --open;
-        }
-      }
-    }
-    int ws = 0;
-    while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-    }
-    forget_helper_child(pid);
-    c.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-    if (timed_out) {
-      c.status = Captured::kTimedOut;
-      c.err = fmt::format("{} did not answer within {:g} s", argv[0], timeout_s);
-    }
-  }
-  ::close(out[0]);
-  ::close(err[0]);
-  return c;
+  return run_captured(argv, find_program(argv[0]), timeout_s);
 }
 
 std::string first_line(const std::string& s) {
@@ -363,36 +283,20 @@ bool AgentLauncher::start(const std::vector<std::string>& argv, const sigset_t& 
     print_error(fmt::format("cannot start the agents: pipe: {}", std::strerror(errno)));
     return false;
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaddset(&defaults, s);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setsigmask(&attr, &mask);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
-  std::vector<std::string> env_store;
+  std::vector<std::string> env;
   for (char** e = environ; *e; ++e)
-    if (!std::string_view(*e).starts_with(std::string(kAgentMarkerEnv) + "="))
-      env_store.emplace_back(*e);
-  env_store.push_back(std::string(kAgentMarkerEnv) + "=" + marker_job);
-  std::vector<char*> envp;
-  for (auto& e : env_store) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+    if (!std::string_view(*e).starts_with(std::string(kAgentMarkerEnv) + "=")) env.emplace_back(*e);
+  env.push_back(std::string(kAgentMarkerEnv) + "=" + marker_job);
+  SpawnOptions spawn;
+  spawn.program = argv[0];
+  spawn.env = &env;
+  spawn.stdin_fd = in[0];
+  spawn.stdout_fd = out[1];
+  spawn.stderr_fd = err[1];
+  spawn.own_process_group = true;
+  spawn.sigmask = &mask;
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, args[0], &fa, &attr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  const int rc = spawn_program(argv, spawn, pid);
   ::close(out[1]);
   ::close(err[1]);
   ::close(in[0]);

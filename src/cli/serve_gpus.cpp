@@ -2,18 +2,14 @@
 
 #include <cmath>
 #include <iostream>
-#include <limits>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
 #include "core/clock.hpp"
+#include "core/nan.hpp"
 
 namespace sonde::cli {
-
-namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-}
 
 std::unique_ptr<JobGpus> JobGpus::open() {
   gpu::Gpus gpus = gpu::open_gpus();

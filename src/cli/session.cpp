@@ -1,7 +1,6 @@
 // run / record / stream: one engine, its outputs behind the Sink interface (src/sinks/sink.hpp),
 // sampled by the Sampler (src/core/sampler.hpp). `sonde run` also starts the command, is its
 // subreaper and reaps it.
-#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -20,6 +19,7 @@
 #include "core/helper_children.hpp"
 #include "core/json_text.hpp"
 #include "core/sampler.hpp"
+#include "core/spawn.hpp"
 #include "core/summary.hpp"
 #include "sinks/csv_run_dir.hpp"
 #include "sinks/format.hpp"
@@ -28,8 +28,6 @@
 #include "sinks/session_sinks.hpp"
 #include "sinks/sink.hpp"
 #include "sinks/sqlite.hpp"
-
-extern char** environ;
 
 namespace sonde::cli {
 namespace {
@@ -89,20 +87,10 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
 /// Starts the command with sonde's original signal mask and default dispositions. Returns its pid
 /// or an exit status (127: not found, 126: not runnable) as a negative number.
 pid_t spawn_command(const std::vector<std::string>& command, const SignalGuard& signals) {
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaddset(&defaults, s);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setsigmask(&attr, &signals.original());
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  std::vector<char*> argv;
-  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
+  SpawnOptions o;  // program "": found in the user's $PATH, as their shell would
+  o.sigmask = &signals.original();
   pid_t child = -1;
-  const int err = ::posix_spawnp(&child, argv[0], nullptr, &attr, argv.data(), environ);
-  posix_spawnattr_destroy(&attr);
+  const int err = spawn_program(command, o, child);
   if (err != 0) {
     print_error(fmt::format("cannot run '{}': {}", command[0], std::strerror(err)));
     return err == ENOENT ? -127 : -126;
@@ -312,13 +300,20 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
 
   RunOutcome outcome;
   if (so.mode == Mode::run) {
-    int wstatus = 0;
-    rusage usage{};
-    while (::wait4(child, &wstatus, 0, &usage) < 0 && errno == EINTR) {
+    // The final scan reaped the command when it read it as a zombie; else it is reaped here.
+    if (const auto& reaped = engine.scanner().target_reaped()) {
+      outcome.exit_status = status_code(reaped->wstatus);
+      outcome.user_cpu_s = reaped->user_cpu_s;
+      outcome.system_cpu_s = reaped->system_cpu_s;
+    } else {
+      int wstatus = 0;
+      rusage usage{};
+      while (::wait4(child, &wstatus, 0, &usage) < 0 && errno == EINTR) {
+      }
+      outcome.exit_status = status_code(wstatus);
+      outcome.user_cpu_s = tv_s(usage.ru_utime);
+      outcome.system_cpu_s = tv_s(usage.ru_stime);
     }
-    outcome.exit_status = status_code(wstatus);
-    outcome.user_cpu_s = tv_s(usage.ru_utime);
-    outcome.system_cpu_s = tv_s(usage.ru_stime);
   }
   if (head) {
     // The agents end with the command; the nodes' statuses and offsets go into the manifest

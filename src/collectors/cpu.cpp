@@ -10,25 +10,42 @@
 // CPU" placement or clock-tick accounting puts above what a core ran (a thread that migrated, a
 // tick per process and interval) moves to the level's other cores with room, else is carried into
 // the next interval: no row exceeds what its level could use, and the per-core columns add up to
-// the level's total, which stays exact over the run.
+// the level's total, which stays exact over the run. The same for a process level whose CPU quota
+// is below its CPU count: time above the quota in an interval (a burst) is carried.
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "collectors/builtin.hpp"
+#include "core/nan.hpp"
 #include "core/procfs.hpp"
 
 namespace sonde::collectors {
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 class CpuCollector final : public Collector {
  public:
-  CpuCollector(const Roots& roots, const NodeInfo& node)
-      : path_(roots.proc + "/stat"), node_(node) {}
+  CpuCollector(const Roots& roots, const NodeInfo& node, double interval_s,
+               std::function<void(const std::string&)> warn)
+      : path_(roots.proc + "/stat"), node_(node), interval_s_(interval_s), warn_(std::move(warn)) {}
 
   Result<void> setup() override {
+    // /proc/stat counts each core's time in clock ticks: an interval below two ticks cannot
+    // resolve a core's share (rows where a core's counters did not move are left empty).
+    const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    if (warn_ && interval_s_ < 2 * tick)
+      warn_(fmt::format(
+          "interval {:g} s is below two clock ticks ({:g} s): CPU columns from /proc/stat count "
+          "whole ticks per core, so rows are coarse, and a system-level row where a core's "
+          "counters did not move is left empty (the next row covers both intervals)",
+          interval_s_, 2 * tick));
     auto text = read_file(path_);
     if (!text) return text.error();
     auto st = procfs::parse_proc_stat(*text);
@@ -50,6 +67,8 @@ class CpuCollector final : public Collector {
     prev_ = std::move(*st);
     return {};
   }
+
+  double carried_cpu_s(Level level) const override { return carry_[level_index(level)]; }
 
   std::size_t devices(Level level) const override {
     return level == Level::system ? system_ids_.size() : level_ids(level).size();
@@ -118,16 +137,14 @@ class CpuCollector final : public Collector {
       return;
     }
     // Two ticks within one clock tick of the kernel (e.g. the last sample of `sonde run` right
-    // after a scheduled one) see no time pass: not measured, and the baseline stays.
-    if (st->total.total() == prev_.total.total()) return;
+    // after a scheduled one, or an interval below a tick) where some core's counters did not
+    // move: not measured (every cell and the aggregates), and the baseline stays, so that the
+    // next row covers both intervals.
+    auto shares = procfs::busy_shares(prev_, *st, system_ids_);
+    if (!shares) return;
     for (std::size_t i = 0; i < system_ids_.size(); ++i) {
-      const auto cur = find(*st, system_ids_[i]);
-      const auto old = find(prev_, system_ids_[i]);
-      if (!cur || !old) continue;  // CPU went offline
-      const double busy = static_cast<double>(cur->busy()) - static_cast<double>(old->busy());
-      const double total = static_cast<double>(cur->total()) - static_cast<double>(old->total());
-      if (total <= 0) continue;
-      const double share = std::clamp(busy / total, 0.0, 1.0);
+      if (!(*shares)[i]) continue;  // CPU went offline
+      const double share = *(*shares)[i];
       system_pct_[i] = 100.0 * share;
       if (static_cast<std::size_t>(system_ids_[i]) < slots_)
         busy_share_[static_cast<std::size_t>(system_ids_[i])] = share;
@@ -135,33 +152,19 @@ class CpuCollector final : public Collector {
     prev_ = std::move(*st);
   }
 
-  static std::optional<procfs::CpuTimes> find(const procfs::ProcStat& st, int id) {
-    for (std::size_t i = 0; i < st.cpu_ids.size(); ++i)
-      if (st.cpu_ids[i] == id) return st.per_cpu[i];
-    return std::nullopt;
-  }
-
   // Seconds per CPU id that the members of `level` ran this interval (own and reaped time),
   // before any cap; time on a CPU outside the level's set is spread over the set.
   std::vector<double> raw(Level level, const TickContext& ctx) const {
     std::vector<double> out(slots_, 0.0);
-    const auto& procs = *ctx.procs;
     const auto& index = handle_index_[level_index(level)];
     const auto& ids = level_ids(level);
-    double unplaced = 0;
-    for (auto i : members(ctx, level)) {
-      const PidSample& p = procs.pids[i];
-      double placed = 0;
-      for (auto s = p.share_begin; s < p.share_end; ++s) {
-        const CpuShare& share = procs.shares[s];
-        if (share.cpu < 0 || static_cast<std::size_t>(share.cpu) >= slots_ ||
-            index[static_cast<std::size_t>(share.cpu)] < 0)
-          continue;
-        out[static_cast<std::size_t>(share.cpu)] += share.seconds;
-        placed += share.seconds;
-      }
-      unplaced += std::max(0.0, p.cpu_delta_s + p.reaped_cpu_s - placed);
-    }
+    const double unplaced = place_cpu_shares(ctx, level, [&](int cpu, double seconds) {
+      if (cpu < 0 || static_cast<std::size_t>(cpu) >= slots_ ||
+          index[static_cast<std::size_t>(cpu)] < 0)
+        return false;
+      out[static_cast<std::size_t>(cpu)] += seconds;
+      return true;
+    });
     if (unplaced > 0 && !ids.empty())
       for (int id : ids)
         out[static_cast<std::size_t>(id)] += unplaced / static_cast<double>(ids.size());
@@ -190,6 +193,15 @@ class CpuCollector final : public Collector {
     return excess - moved;
   }
 
+  // Scales `placed` down to at most `limit` seconds in all; returns what was taken off.
+  static double cap_total(std::vector<double>& placed, double limit) {
+    double sum = 0;
+    for (double v : placed) sum += v;
+    if (!(limit > 0) || sum <= limit) return 0;
+    for (double& v : placed) v *= limit / sum;
+    return sum - limit;
+  }
+
   void place_levels(const TickContext& ctx) {
     const double dt = ctx.dt_s;
     auto cap_of = [&](Level l) {
@@ -216,6 +228,9 @@ class CpuCollector final : public Collector {
     process.assign(slots_, 0.0);
     const std::vector<double> process_want = with_carry(raw(Level::process, ctx), Level::process);
     carry_[pi] = fill(process, process_want, cap_of(Level::process));
+    // A CPU quota narrower than the level's CPUs (its 100 %) is a limit the kernel keeps over its
+    // period, not within every interval: a group bursts past it. What goes above it is carried.
+    carry_[pi] += cap_total(process, level_cpus(Level::process) * dt);
     for (Level l : {Level::user, Level::slurm}) {
       const auto li = level_index(l);
       auto& placed = placed_[li];
@@ -246,6 +261,8 @@ class CpuCollector final : public Collector {
 
   std::string path_;
   const NodeInfo& node_;
+  double interval_s_;
+  std::function<void(const std::string&)> warn_;
   std::vector<int> system_ids_;
   std::size_t slots_ = 0;  // CPU ids 0..slots_-1
   procfs::ProcStat prev_;
@@ -266,7 +283,7 @@ CollectorInfo cpu_info() {
           {},
           true,
           [](const CollectorArgs& a) -> std::unique_ptr<Collector> {
-            return std::make_unique<CpuCollector>(*a.roots, *a.node);
+            return std::make_unique<CpuCollector>(*a.roots, *a.node, a.interval_s, a.warn);
           }};
 }
 

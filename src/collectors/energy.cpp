@@ -19,20 +19,18 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <limits>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
 #include "collectors/builtin.hpp"
+#include "core/nan.hpp"
 #include "core/procfs.hpp"
 #include "core/rapl.hpp"
 #include "gpu/gpu.hpp"
 
 namespace sonde::collectors {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 constexpr const char* kMethod =
     "system: the whole domain. Other levels: CPU domains of package N (package, core, uncore, "
@@ -275,21 +273,13 @@ class EnergyCollector final : public Collector {
     int max_pkg = 0;
     for (int p : cpu_package_) max_pkg = std::max(max_pkg, p);
     std::vector<double> out(static_cast<std::size_t>(max_pkg) + 2, 0.0);
-    const auto& procs = *ctx.procs;
-    double unplaced = 0;
-    for (auto i : members(ctx, level)) {
-      const PidSample& p = procs.pids[i];
-      double placed = 0;
-      for (auto s = p.share_begin; s < p.share_end; ++s) {
-        const CpuShare& share = procs.shares[s];
-        if (share.cpu < 0 || static_cast<std::size_t>(share.cpu) >= cpu_package_.size()) continue;
-        const int pkg = cpu_package_[static_cast<std::size_t>(share.cpu)];
-        if (pkg >= 0) out[static_cast<std::size_t>(pkg)] += share.seconds;
-        out.back() += share.seconds;
-        placed += share.seconds;
-      }
-      unplaced += std::max(0.0, p.cpu_delta_s + p.reaped_cpu_s - placed);
-    }
+    const double unplaced = place_cpu_shares(ctx, level, [&](int cpu, double seconds) {
+      if (cpu < 0 || static_cast<std::size_t>(cpu) >= cpu_package_.size()) return false;
+      const int pkg = cpu_package_[static_cast<std::size_t>(cpu)];
+      if (pkg >= 0) out[static_cast<std::size_t>(pkg)] += seconds;
+      out.back() += seconds;
+      return true;
+    });
     if (unplaced > 0) {
       // Spread over every CPU: each package gets its CPUs' part.
       std::vector<double> cpus(out.size(), 0.0);

@@ -14,19 +14,18 @@
 // whose driver cannot list processes, or that failed, gives NaN.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
 #include "collectors/builtin.hpp"
+#include "core/nan.hpp"
 #include "gpu/gpu.hpp"
 
 namespace sonde::collectors {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double value(const std::optional<double>& v) {
   return v ? *v : kNaN;

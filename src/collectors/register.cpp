@@ -6,6 +6,7 @@ void register_builtin_collectors(Registry& registry) {
   registry.add(collectors::process_info());
   registry.add(collectors::cpu_info());
   registry.add(collectors::memory_info());
+  registry.add(collectors::memory_rss_info());
   registry.add(collectors::io_info());
   registry.add(collectors::network_info());
   registry.add(collectors::procs_info());

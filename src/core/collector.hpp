@@ -86,6 +86,10 @@ class Collector {
   virtual void snapshot(const TickContext&) {}
   virtual Result<RawValue> collect(Level level, const TickContext& ctx) = 0;
   virtual void teardown() {}
+  /// CPU time (core-seconds) of `level` measured but in no row yet: what the cpu collector carries
+  /// into the next interval because it did not fit this one. The summary counts it when the run
+  /// ends, so that no measured time is dropped.
+  virtual double carried_cpu_s(Level) const { return 0; }
 
   // Shown by `sonde collectors`.
   virtual std::string_view source() const { return "builtin"; }  ///< builtin|native|python|exec

@@ -93,11 +93,19 @@ collectors:
     _target_: sonde.collectors.cpu
     inject: [node_info]
     handler: {_target_: PerDeviceAggregateHandler, prefix: cpu_util_}
-  # Memory in use, GiB: RSS sum of the level's processes, MemTotal - MemAvailable for system.
+  # Memory in use, GiB, shared pages counted once: Pss sum of the level's processes (RSS where
+  # /proc/<pid>/smaps_rollup is unreadable); MemTotal - MemAvailable for system, or AnonPages +
+  # Mapped when larger.
   memory:
     _target_: sonde.collectors.memory
     inject: []
     handler: {_target_: ScalarHandler, column: memory}
+  # RSS sum of the level's processes, GiB, as ps shows it (shared pages once per process); no
+  # system-level value.
+  memory_rss:
+    _target_: sonde.collectors.memory_rss
+    inject: []
+    handler: {_target_: ScalarHandler, column: memory_rss}
   # Disk I/O rates: operations/s and bytes/s.
   io:
     _target_: sonde.collectors.io

@@ -4,6 +4,7 @@
 // per call, with no hand-off per call; a call that hangs is left behind on its thread and never
 // destroyed under it (design: core/watchdog.hpp). Exceptions stop at the collector boundary.
 #include "core/engine.hpp"
+#include "core/nan.hpp"
 
 #include <sys/resource.h>
 #include <time.h>
@@ -11,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
-#include <limits>
 #include <map>
 #include <mutex>
 
@@ -20,7 +20,6 @@
 
 namespace sonde {
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
@@ -299,6 +298,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
     const ScanNeeds n = slot.collector->needs();
     needs.io = needs.io || n.io;
     needs.threads = needs.threads || n.threads;
+    needs.pss = needs.pss || n.pss;
   }
   // Hooks run in priority order (core = 0, lower first); equal priorities keep config order.
   for (std::size_t i = 0; i < e->slots_.size(); ++i) e->call_order_.push_back(i);
@@ -488,6 +488,8 @@ const Engine::Tick& Engine::tick() {
                     "sampled every tick",
                     tick_s * 1e3, interval_s_ * 1e3, scanner_->last().total_pids, every));
   }
+  // The collectors saw this tick's zombies; sonde's own are reaped now (their exact rusage).
+  scanner_->reap_own_zombies();
   prev_time_s_ = ctx.time_s;
   ++ticks_;
   return tick_;

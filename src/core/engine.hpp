@@ -105,6 +105,7 @@ class Engine {
   std::uint64_t degraded_since_tick() const { return degraded_since_tick_; }
   const ProcSnapshot& procs() const { return scanner_->last(); }
   ProcScanner& scanner() { return *scanner_; }
+  const ProcScanner& scanner() const { return *scanner_; }
   /// A warning through EngineOptions::warn (default: stderr); the Sampler's go here too.
   void warn(const std::string& msg) const;
 

@@ -116,6 +116,19 @@ int UniqueFd::close() {
   return rc;
 }
 
+bool write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
 bool is_plain_name(std::string_view name) {
   return !name.empty() && name != "." && name != ".." &&
          name.find_first_of(std::string_view("/\0", 2)) == std::string_view::npos;
@@ -152,18 +165,6 @@ std::string random_suffix() {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(r));
   return buf;
-}
-
-bool write_all_fd(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    text.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
 }
 
 }  // namespace
@@ -242,7 +243,7 @@ Result<void> replace_file_in(int dirfd, const std::string& name, std::string_vie
     ::unlinkat(dirfd, tmp.c_str(), 0);
     return make_error(Errc::io, what + ": " + std::strerror(err));
   };
-  if (!write_all_fd(fd.get(), text)) return fail(errno, "cannot write " + shown);
+  if (!write_all(fd.get(), text)) return fail(errno, "cannot write " + shown);
   // Without fsync the rename can reach the disk before the data, leaving an empty file after a
   // crash: exactly what the atomic write is meant to prevent.
   if (::fsync(fd.get()) != 0) return fail(errno, "cannot write " + shown);

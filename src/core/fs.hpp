@@ -85,6 +85,10 @@ Result<void> write_file_atomic(const std::string& path, std::string_view text);
 Result<UniqueFd> open_regular_in(int dirfd, const std::string& name, const std::string& shown,
                                  std::uint64_t* size_bytes = nullptr);
 
+/// Writes all of `text` to `fd`: short writes are continued and EINTR retried. False on an error,
+/// with errno set (a write that makes no progress is EIO), so that a caller can name it.
+bool write_all(int fd, std::string_view text);
+
 /// Whether `name` is a plain file name: not empty, not `.`/`..`, no `/` and no NUL.
 bool is_plain_name(std::string_view name);
 

@@ -7,10 +7,10 @@
 
 #include <fmt/format.h>
 
+#include "core/nan.hpp"
+
 namespace sonde {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 Error wrong_kind(std::string_view expected, const RawValue& got) {
   return make_error(Errc::failed, fmt::format("expected {}, got {}", expected, raw_kind_name(got)));

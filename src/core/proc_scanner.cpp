@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,9 +46,20 @@ struct ProcScanner::Entry {
   // Memory: the last exact value (statm) and what tells whether it may have moved.
   bool statm_valid = false;
   std::uint64_t rss_bytes = 0;
+  std::uint64_t anon_bytes = 0;  // rss_bytes less statm's shared (file-backed, shmem) pages
   std::uint64_t statm_generation = 0;
   std::uint64_t prev_faults = 0;
   std::uint64_t prev_rss_pages = 0;
+  // Pss (smaps_rollup): the last value and what it was read against. `pss_stale`: a child
+  // appeared or went, which changes how this process's shared pages divide without it moving.
+  bool pss_valid = false;
+  bool pss_denied = false;
+  bool pss_stale = false;
+  std::uint64_t pss_bytes = 0;
+  std::uint64_t pss_generation = 0;
+  std::uint64_t pss_faults = 0;
+  std::uint64_t pss_rss_bytes = 0;
+  std::uint64_t pss_anon_bytes = 0;
   bool prev_io_valid = false;
   procfs::PidIo prev_io;
   // What is known of it: its totals at the last read, or when discovered (0 when born since).
@@ -70,8 +83,15 @@ struct ProcScanner::Entry {
 
 namespace {
 
-// An idle process's exact memory is re-read at least every this many scans.
+// An idle process's exact memory is re-read at least every this many scans. Its Pss too: what
+// other processes map or unmap of the pages it shares changes its share without it moving.
 constexpr std::uint64_t kStatmEvery = 8;
+// Pss reads of a process are spaced by one scan per this much of its resident size.
+constexpr std::uint64_t kPssUnitBytes = 32ull << 20;
+// A process with at most this much resident file-backed and shmem memory (its libraries, for most)
+// has little whose share others could change: its Pss is re-read less often when it is idle.
+constexpr std::uint64_t kPssSharedFew = 16ull << 20;
+constexpr std::uint64_t kPssFewSharedEvery = 32;
 
 bool parse_pid(const char* name, int& pid) {
   const char* end = name + std::strlen(name);
@@ -247,6 +267,14 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   snap_->vanished.clear();
   snap_->shares.clear();
   snap_->reopened_per_tick = 0;
+  // What the reaps after the previous tick recovered is this interval's.
+  for (std::size_t li = 0; li < kNumLevels; ++li) {
+    snap_->reaped_late[li] = std::move(late_[li]);
+    late_[li].clear();
+    late_s_[li] = 0;
+  }
+  own_zombies_.clear();
+  snap_->pss_reads = 0;
 
   const bool discover_now = first_scan || generation_ % discover_every_ == 0;
   snap_->discovered = discover_now;
@@ -270,6 +298,7 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
         // life happened while sonde watched, and nothing of it is known yet.
         slot->count_full_life =
             !first_scan || (count_from_ticks_ > 0 && slot->starttime_ticks >= count_from_ticks_);
+        mark_pss_stale(slot->ppid);  // a fork shares the parent's pages with the child
         if (slot->count_full_life) {
           slot->known_cpu_s = 0;
           slot->known_faults = 0;
@@ -292,6 +321,7 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
           }
           if (e.level_mask || parent_member) pending_.push_back(pending_of(it->first, e));
         }
+        mark_pss_stale(e.live_ppid);  // what it shared with its parent is the parent's alone
         close_fd(e.stat_fd, fds_open_);
         close_fd(e.statm_fd, fds_open_);
         close_fd(e.io_fd, fds_open_);
@@ -360,6 +390,10 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
     if (!refresh(pid, e, prev_boottime_s_, s)) continue;
     s.level_mask = mask;
     if (pid == target_.pid) snap_->target_alive = true;
+    if (s.state == 'Z' && s.ppid == ::getpid() &&
+        ((adopter_ > 0 && pid != target_.pid && !(is_helper_ && is_helper_(pid))) ||
+         (reap_target_ && pid == target_.pid)))
+      own_zombies_.push_back({pid, s.cpu_s + s.child_cpu_s, mask, e.last_cpus});
     const auto index = static_cast<std::uint32_t>(snap_->pids.size());
     for (Level l : {Level::process, Level::user, Level::slurm})
       if (s.in(l)) snap_->members[level_index(l)].push_back(index);
@@ -369,6 +403,51 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   place_reaped();
   prev_boottime_s_ = boottime_s;
   return *snap_;
+}
+
+// A zombie whose parent is sonde (an orphan adopted as subreaper, or the command of `sonde run` at
+// its end) is reaped after the tick that read its final counters, with wait4: its rusage is its
+// life in µs (own and reaped children), where /proc/<pid>/stat truncated utime and stime to clock
+// ticks, each losing up to a tick. The difference goes into the next interval (the rows already
+// written stay), where the process ran last; after the last tick, the summary counts it.
+void ProcScanner::reap_own_zombies() {
+  const auto tv_s = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
+  };
+  for (const OwnZombie& z : own_zombies_) {
+    int status = 0;
+    rusage ru{};
+    pid_t r = 0;
+    while ((r = ::wait4(z.pid, &status, WNOHANG, &ru)) < 0 && errno == EINTR) {
+    }
+    if (r != z.pid) continue;
+    if (z.pid == target_.pid)
+      target_reaped_ = TargetExit{status, tv_s(ru.ru_utime), tv_s(ru.ru_stime)};
+    // Gone now: its parent (sonde) is no member, so nothing else counts it again.
+    if (auto it = entries_.find(z.pid); it != entries_.end()) {
+      Entry& e = *it->second;
+      e.reported_reaped = true;
+      e.have_prev = false;
+      e.level_mask = 0;
+      close_fd(e.stat_fd, fds_open_);
+      close_fd(e.statm_fd, fds_open_);
+      close_fd(e.io_fd, fds_open_);
+    }
+    const double tail = tv_s(ru.ru_utime) + tv_s(ru.ru_stime) - z.known_cpu_s;
+    if (tail <= 0) continue;
+    for (Level l : {Level::process, Level::user, Level::slurm}) {
+      const auto li = level_index(l);
+      if (!((z.level_mask >> li) & 1u)) continue;
+      for (const CpuShare& w : z.last_cpus) late_[li].push_back({w.cpu, tail * w.seconds});
+      late_s_[li] += tail;
+    }
+  }
+  own_zombies_.clear();
+}
+
+void ProcScanner::mark_pss_stale(int pid) {
+  auto it = entries_.find(pid);
+  if (it != entries_.end()) it->second->pss_stale = true;
 }
 
 void ProcScanner::match_vanished() {
@@ -488,6 +567,7 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
     // Gone (ESRCH on a kept fd); the next readdir drops it. Report it as vanished now so that its
     // reaped time is matched with its parent's growth.
     if (!e.reported_reaped) pending_.push_back(pending_of(pid, e));
+    if (!e.reported_reaped) mark_pss_stale(e.live_ppid);
     e.reported_reaped = true;
     e.have_prev = false;
     e.level_mask = 0;
@@ -552,9 +632,68 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
               : Result<procfs::PidStatm>(make_error(Errc::io, "gone"));
     e.statm_valid = statm.ok();
     e.rss_bytes = (statm ? statm->resident_pages : st->rss_pages) * page_size_;
+    // statm's shared field: resident file-backed and shmem pages; the rest is anonymous.
+    e.anon_bytes =
+        statm ? e.rss_bytes - std::min(e.rss_bytes, statm->shared_pages * page_size_) : e.rss_bytes;
     e.statm_generation = generation_;
   }
   s.rss_bytes = e.rss_bytes;
+  // Pss walks the process's page tables (under its mmap lock): it costs in proportion to the
+  // resident size (~15 ms for 500 MiB on a loaded 2-core VM), far more than statm. So reads are
+  // spaced by the process's size, `unit` scans per kPssUnitBytes resident (at least 1): re-read
+  // when its memory moved since the last read (faults, exact resident size) and `unit` scans have
+  // passed, when a child appeared or went (a fork shares its pages; unit / 8 scans apart), and
+  // at least every max(kStatmEvery, 2 × unit) scans (what others map or unmap of the pages it
+  // shares changes its share without it moving; kPssFewSharedEvery when it maps little that is
+  // file-backed or shmem: a fork, where anonymous pages are shared, marks the parent). In between,
+  // its Pss follows its anonymous resident size (statm's resident less shared): anonymous pages it
+  // gained or lost count as its own (a fork shows as a child); file-backed and shmem pages it
+  // mapped, maybe shared with others, count from the next read. Not readable (another user's
+  // process without CAP_SYS_PTRACE, a zombie): the resident size stands in, and the sample says so.
+  if (needs_.pss) {
+    const std::uint64_t unit = std::max<std::uint64_t>(1, e.rss_bytes / kPssUnitBytes);
+    const std::uint64_t gap = generation_ - e.pss_generation;
+    const bool moved = faults != e.pss_faults || e.rss_bytes != e.pss_rss_bytes;
+    const std::uint64_t every =
+        e.rss_bytes - e.anon_bytes > kPssSharedFew ? kStatmEvery : kPssFewSharedEvery;
+    const bool pss_due = !e.pss_valid ||
+                         (e.pss_stale && gap >= std::max<std::uint64_t>(1, unit / 8)) ||
+                         (moved && gap >= unit) || gap >= std::max(every, 2 * unit);
+    if (pss_due && !e.pss_denied) {
+      ++snap_->pss_reads;
+      UniqueFd none;
+      const long m =
+          read_proc(proc_dir_fd_.get(), dir + "/smaps_rollup", none, false, fds_open_, buf_);
+      if (m == -EACCES || m == -EPERM) e.pss_denied = true;
+      auto rollup = m > 0 ? procfs::parse_pid_smaps_rollup(
+                                std::string_view(buf_.data(), static_cast<std::size_t>(m)))
+                          : Result<procfs::PidSmapsRollup>(make_error(Errc::io, "unreadable"));
+      // The first read is dated back by pid % 8 scans: processes found together (all of them at
+      // the first scan) do not all come due at the same later scan.
+      const std::uint64_t spread =
+          e.pss_valid ? 0 : std::min<std::uint64_t>(generation_, static_cast<unsigned>(pid) % 8);
+      e.pss_valid = rollup.ok();
+      if (rollup) e.pss_bytes = rollup->pss_bytes;
+      e.pss_stale = false;
+      e.pss_generation = generation_ - spread;
+      e.pss_faults = faults;
+      e.pss_rss_bytes = e.rss_bytes;
+      e.pss_anon_bytes = e.anon_bytes;
+    }
+    s.pss_from_rss = !e.pss_valid;
+    s.pss_denied = e.pss_denied;
+    if (e.pss_valid) {
+      const auto est =
+          static_cast<std::int64_t>(e.pss_bytes) +
+          (static_cast<std::int64_t>(e.anon_bytes) - static_cast<std::int64_t>(e.pss_anon_bytes));
+      s.pss_bytes = std::min<std::uint64_t>(
+          e.rss_bytes, static_cast<std::uint64_t>(std::max<std::int64_t>(0, est)));
+    } else {
+      s.pss_bytes = e.rss_bytes;
+    }
+  } else {
+    s.pss_bytes = e.rss_bytes;
+  }
   e.prev_faults = faults;
   e.prev_rss_pages = st->rss_pages;
 

@@ -24,6 +24,7 @@ namespace sonde {
 struct ScanNeeds {
   bool io = false;       ///< /proc/<pid>/io for level members
   bool threads = false;  ///< per-thread CPU placement of busy multi-threaded members
+  bool pss = false;      ///< /proc/<pid>/smaps_rollup (Pss) for level members
 };
 
 /// CPU time of one pid spent on one CPU during the last interval.
@@ -59,10 +60,16 @@ struct PidSample {
   /// first seen). Never negative.
   double reaped_cpu_s = 0;
   std::uint64_t rss_bytes = 0;  ///< resident set, exact (/proc/<pid>/statm)
-  bool io_valid = false;        ///< /proc/<pid>/io could be read
-  bool io_denied = false;       ///< /proc/<pid>/io is not readable by sonde (EACCES/EPERM)
-  procfs::PidIo io;             ///< cumulative counters (including reaped children's)
-  procfs::PidIo io_delta;       ///< growth since the previous tick (whole life if born since)
+  /// Proportional set size (/proc/<pid>/smaps_rollup): shared pages divided among the processes
+  /// mapping them, so that a sum over processes counts them once. rss_bytes when smaps_rollup is
+  /// not read (ScanNeeds::pss unset) or not readable (pss_from_rss).
+  std::uint64_t pss_bytes = 0;
+  bool pss_from_rss = false;  ///< smaps_rollup was not readable: pss_bytes is rss_bytes
+  bool pss_denied = false;    ///< smaps_rollup is not readable by sonde (EACCES/EPERM)
+  bool io_valid = false;      ///< /proc/<pid>/io could be read
+  bool io_denied = false;     ///< /proc/<pid>/io is not readable by sonde (EACCES/EPERM)
+  procfs::PidIo io;           ///< cumulative counters (including reaped children's)
+  procfs::PidIo io_delta;     ///< growth since the previous tick (whole life if born since)
   /// What sonde already counted of the children reaped in this interval (their last-read I/O):
   /// io_delta − io_reaped_known is the level's new I/O of this pid. May run ahead of io_delta by
   /// one tick (the reap seen in stat before io): consumers keep their sums monotonic.
@@ -100,11 +107,16 @@ struct ProcSnapshot {
   std::array<std::vector<std::uint32_t>, kNumLevels> members;  ///< indices into pids per level
   std::vector<VanishedPid> vanished;
   std::vector<CpuShare> shares;  ///< see PidSample::share_begin
-  std::size_t total_pids = 0;    ///< every pid on the node
-  bool discovered = true;        ///< /proc was listed in this scan (see set_discover_every)
+  /// Per level: CPU time of processes sonde reaped after the previous tick (ProcScanner::
+  /// reap_own_zombies) that their clock-tick counters had lost, where they ran last.
+  std::array<std::vector<CpuShare>, kNumLevels> reaped_late;
+  std::size_t total_pids = 0;  ///< every pid on the node
+  bool discovered = true;      ///< /proc was listed in this scan (see set_discover_every)
   bool target_alive = false;
   /// Pids whose files could not be kept open (open-file limit) and were opened per tick.
   std::size_t reopened_per_tick = 0;
+  /// smaps_rollup files read in this scan (the rest kept their last Pss), for the bench.
+  std::size_t pss_reads = 0;
 };
 
 class ProcScanner {
@@ -122,6 +134,22 @@ class ProcScanner {
   /// `sonde run` as the child subreaper of its command: orphans of the tree are re-parented to
   /// `pid` (sonde) and stay in the tree, except the pids `is_helper` names (plugin children).
   void set_adopter(int pid, std::function<bool(int)> is_helper);
+  /// The target (sonde's child, `sonde run`) is reaped after the next scan that reads it as a
+  /// zombie, like the adopted orphans (see reap_own_zombies); its status is then target_reaped().
+  void set_reap_target(bool on) { reap_target_ = on; }
+  /// Reaps (wait4) the zombies whose parent is sonde that the last scan read: the adopted orphans
+  /// and, after set_reap_target, the target. Called once the tick's collectors are done (they
+  /// still see the zombies). What their clock-tick counters lost (rusage µs − the last read) goes
+  /// to the next snapshot's reaped_late.
+  void reap_own_zombies();
+  /// Time reaped_own_zombies found that no snapshot holds yet (the run ended): the summary's.
+  double reaped_late_s(Level l) const { return late_s_[level_index(l)]; }
+  /// How the target ended, when a scan reaped it: wait status and wait4's rusage (µs).
+  struct TargetExit {
+    int wstatus = 0;
+    double user_cpu_s = 0, system_cpu_s = 0;
+  };
+  const std::optional<TargetExit>& target_reaped() const { return target_reaped_; }
   /// Upper bound on files kept open; beyond it files are opened and closed per tick.
   void set_fd_budget(std::size_t n) { fd_budget_ = n; }
   std::size_t fds_open() const { return fds_open_; }
@@ -145,6 +173,17 @@ class ProcScanner {
   bool refresh(int pid, Entry& e, double prev_boottime_s, PidSample& out);
   void read_threads(int pid, Entry& e, PidSample& s, std::uint64_t cpu_ticks);
   void place_reaped();
+  struct OwnZombie {
+    int pid = 0;
+    double known_cpu_s = 0;  ///< cpu_s + child_cpu_s at the last read
+    std::uint8_t level_mask = 0;
+    std::vector<CpuShare> last_cpus;
+  };
+  std::vector<OwnZombie> own_zombies_;
+  std::array<std::vector<CpuShare>, kNumLevels> late_;
+  std::array<double, kNumLevels> late_s_{};
+  /// The next read of `pid` re-reads its Pss (a child of it appeared or went).
+  void mark_pss_stale(int pid);
 
   Roots roots_;
   TargetInfo target_;
@@ -179,6 +218,8 @@ class ProcScanner {
   std::uint64_t count_from_ticks_ = 0;  ///< 0: none
   int adopter_ = 0;
   std::function<bool(int)> is_helper_;
+  bool reap_target_ = false;
+  std::optional<TargetExit> target_reaped_;
 };
 
 }  // namespace sonde

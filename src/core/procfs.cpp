@@ -1,5 +1,6 @@
 #include "core/procfs.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <limits>
@@ -64,6 +65,27 @@ std::string quoted(std::string_view s) {
 
 std::string where_line(std::string_view file, int line) {
   return std::string(file) + ": line " + std::to_string(line) + ": ";
+}
+
+/// The "key: value" lines of `file` (blank lines skipped), each handed to
+/// `f(line_no, key, rest, line)`: the key as written before the first colon, the rest after it. A
+/// line without a colon is an error that names the `form` expected. `f` returns an error to stop
+/// with it.
+template <typename F>
+Result<void> for_each_colon_line(std::string_view text, std::string_view file,
+                                 std::string_view form, F&& f) {
+  int line_no = 0;
+  while (!text.empty()) {
+    const std::string_view line = next_line(text);
+    ++line_no;
+    if (trim(line).empty()) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string_view::npos)
+      return parse_error(where_line(file, line_no) + "expected '" + std::string(form) +
+                         "', found " + quoted(line));
+    if (auto ok = f(line_no, line.substr(0, colon), line.substr(colon + 1), line); !ok) return ok;
+  }
+  return {};
 }
 
 bool starts_with(std::string_view s, std::string_view prefix) {
@@ -184,6 +206,34 @@ Result<PidStatm> parse_pid_statm(std::string_view text) {
   return m;
 }
 
+Result<PidSmapsRollup> parse_pid_smaps_rollup(std::string_view text) {
+  // The first line names the address range ("00400000-7ffd… ---p 00000000 00:00 0 [rollup]"),
+  // then "Name:   value kB" lines.
+  PidSmapsRollup r;
+  bool have_pss = false;
+  int line_no = 0;
+  while (!text.empty()) {
+    const std::string_view line = next_line(text);
+    ++line_no;
+    const auto colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view key = line.substr(0, colon);
+    std::uint64_t* out = key == "Pss" ? &r.pss_bytes : key == "Rss" ? &r.rss_bytes : nullptr;
+    if (!out) continue;
+    std::string_view rest = line.substr(colon + 1);
+    const std::string_view value = next_token(rest);
+    const std::string_view unit = next_token(rest);
+    std::uint64_t kib = 0;
+    if (!to_num(value, kib) || unit != "kB" || kib > UINT64_MAX / 1024)
+      return parse_error(where_line("/proc/<pid>/smaps_rollup", line_no) + "expected '" +
+                         std::string(key) + ": <n> kB', found " + quoted(line));
+    *out = kib * 1024;
+    have_pss = have_pss || out == &r.pss_bytes;
+  }
+  if (!have_pss) return parse_error("/proc/<pid>/smaps_rollup: no Pss line");
+  return r;
+}
+
 Result<PidIo> parse_pid_io(std::string_view text) {
   PidIo io;
   struct Key {
@@ -200,25 +250,22 @@ Result<PidIo> parse_pid_io(std::string_view text) {
       {"cancelled_write_bytes", &PidIo::cancelled_write_bytes},
   }};
   unsigned seen = 0;
-  int line_no = 0;
-  while (!text.empty()) {
-    const std::string_view line = next_line(text);
-    ++line_no;
-    if (trim(line).empty()) continue;
-    const auto colon = line.find(':');
-    if (colon == std::string_view::npos)
-      return parse_error(where_line("/proc/<pid>/io", line_no) + "expected 'name: value', found " +
-                         quoted(line));
-    const std::string_view key = trim(line.substr(0, colon));
-    for (std::size_t i = 0; i < kKeys.size(); ++i) {
-      if (kKeys[i].name != key) continue;
-      const std::string_view value = trim(line.substr(colon + 1));
-      if (!to_num(value, io.*kKeys[i].member))
-        return parse_error(where_line("/proc/<pid>/io", line_no) + "expected an integer for '" +
-                           std::string(key) + "', found " + quoted(value));
-      seen |= 1u << i;
-    }
-  }
+  auto lines = for_each_colon_line(
+      text, "/proc/<pid>/io", "name: value",
+      [&](int line_no, std::string_view name, std::string_view rest,
+          std::string_view) -> Result<void> {
+        const std::string_view key = trim(name);
+        for (std::size_t i = 0; i < kKeys.size(); ++i) {
+          if (kKeys[i].name != key) continue;
+          const std::string_view value = trim(rest);
+          if (!to_num(value, io.*kKeys[i].member))
+            return parse_error(where_line("/proc/<pid>/io", line_no) + "expected an integer for '" +
+                               std::string(key) + "', found " + quoted(value));
+          seen |= 1u << i;
+        }
+        return {};
+      });
+  if (!lines) return lines.error();
   for (std::size_t i = 0; i < kKeys.size(); ++i)
     if (!(seen & (1u << i)))
       return parse_error("/proc/<pid>/io: expected a '" + std::string(kKeys[i].name) +
@@ -318,45 +365,64 @@ Result<ProcStat> parse_proc_stat(std::string_view text) {
   return ps;
 }
 
+std::optional<std::vector<std::optional<double>>> busy_shares(const ProcStat& prev,
+                                                              const ProcStat& cur,
+                                                              const std::vector<int>& ids) {
+  if (cur.total.total() <= prev.total.total()) return std::nullopt;
+  auto find = [](const ProcStat& st, int id) -> const CpuTimes* {
+    for (std::size_t i = 0; i < st.cpu_ids.size(); ++i)
+      if (st.cpu_ids[i] == id) return &st.per_cpu[i];
+    return nullptr;
+  };
+  std::vector<std::optional<double>> out(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const CpuTimes* now = find(cur, ids[i]);
+    const CpuTimes* old = find(prev, ids[i]);
+    if (now == nullptr || old == nullptr) continue;  // offline
+    const double busy = static_cast<double>(now->busy()) - static_cast<double>(old->busy());
+    const double total = static_cast<double>(now->total()) - static_cast<double>(old->total());
+    if (total <= 0) return std::nullopt;
+    out[i] = std::clamp(busy / total, 0.0, 1.0);
+  }
+  return out;
+}
+
 Result<MemInfo> parse_meminfo(std::string_view text) {
   MemInfo mi;
   struct Key {
     std::string_view name;
     std::optional<std::uint64_t> MemInfo::*member;
   };
-  static constexpr std::array<Key, 5> kKeys = {{
+  static constexpr std::array<Key, 7> kKeys = {{
       {"MemTotal", &MemInfo::total_bytes},
+      {"AnonPages", &MemInfo::anon_pages_bytes},
+      {"Mapped", &MemInfo::mapped_bytes},
       {"MemAvailable", &MemInfo::available_bytes},
       {"MemFree", &MemInfo::free_bytes},
       {"SwapTotal", &MemInfo::swap_total_bytes},
       {"SwapFree", &MemInfo::swap_free_bytes},
   }};
-  int line_no = 0;
-  while (!text.empty()) {
-    const std::string_view line = next_line(text);
-    ++line_no;
-    if (trim(line).empty()) continue;
-    const auto colon = line.find(':');
-    if (colon == std::string_view::npos)
-      return parse_error(where_line("/proc/meminfo", line_no) +
-                         "expected 'Name: value kB', found " + quoted(line));
-    const std::string_view key = line.substr(0, colon);
-    for (const Key& k : kKeys) {
-      if (k.name != key) continue;
-      std::string_view rest = line.substr(colon + 1);
-      const std::string_view value = next_token(rest);
-      const std::string_view unit = next_token(rest);
-      std::uint64_t kib = 0;
-      if (!to_num(value, kib) || unit != "kB" || !next_token(rest).empty())
-        return parse_error(where_line("/proc/meminfo", line_no) + "expected '" + std::string(key) +
-                           ": <number> kB', found " + quoted(line));
-      if (kib > std::numeric_limits<std::uint64_t>::max() / 1024)
-        return parse_error(where_line("/proc/meminfo", line_no) + "value of '" + std::string(key) +
-                           "' overflows 64 bits in bytes");
-      mi.*k.member = kib * 1024;
-      break;
-    }
-  }
+  auto lines = for_each_colon_line(
+      text, "/proc/meminfo", "Name: value kB",
+      [&](int line_no, std::string_view key, std::string_view rest,
+          std::string_view line) -> Result<void> {
+        for (const Key& k : kKeys) {
+          if (k.name != key) continue;
+          const std::string_view value = next_token(rest);
+          const std::string_view unit = next_token(rest);
+          std::uint64_t kib = 0;
+          if (!to_num(value, kib) || unit != "kB" || !next_token(rest).empty())
+            return parse_error(where_line("/proc/meminfo", line_no) + "expected '" +
+                               std::string(key) + ": <number> kB', found " + quoted(line));
+          if (kib > std::numeric_limits<std::uint64_t>::max() / 1024)
+            return parse_error(where_line("/proc/meminfo", line_no) + "value of '" +
+                               std::string(key) + "' overflows 64 bits in bytes");
+          mi.*k.member = kib * 1024;
+          break;
+        }
+        return {};
+      });
+  if (!lines) return lines.error();
   return mi;
 }
 

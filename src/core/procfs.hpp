@@ -42,6 +42,15 @@ struct PidStatm {
 };
 Result<PidStatm> parse_pid_statm(std::string_view text);
 
+/// /proc/<pid>/smaps_rollup: the proportional set size (each resident page divided by the number
+/// of processes mapping it), so that a sum over processes counts shared pages once.
+struct PidSmapsRollup {
+  std::uint64_t pss_bytes = 0, rss_bytes = 0;
+};
+/// An error when the text has no Pss line (the kernel writes an empty file for a process without
+/// an address space: a zombie, a kernel thread).
+Result<PidSmapsRollup> parse_pid_smaps_rollup(std::string_view text);
+
 /// /proc/<pid>/io
 struct PidIo {
   std::uint64_t rchar = 0, wchar = 0, syscr = 0, syscw = 0;
@@ -73,11 +82,23 @@ struct ProcStat {
   std::vector<CpuTimes> per_cpu;  ///< same order as cpu_ids
 };
 Result<ProcStat> parse_proc_stat(std::string_view text);
+/// Each CPU's busy share (0..1) of the time between two /proc/stat reads, in the order of `ids`
+/// (nullopt for a CPU not in both reads: it went offline). nullopt as a whole when the interval
+/// is too short for the counters to resolve: no time passed, or a CPU present in both reads
+/// whose counters did not move at all (below a clock tick: its share is unknown, not 0). The
+/// caller then keeps the earlier read as its baseline, so that the next row covers both
+/// intervals, and leaves this row's cells *and* their avg/min/max empty (never a subset).
+std::optional<std::vector<std::optional<double>>> busy_shares(const ProcStat& prev,
+                                                              const ProcStat& cur,
+                                                              const std::vector<int>& ids);
 
 /// /proc/meminfo values in bytes (the file says kB); absent fields are nullopt.
 struct MemInfo {
   std::optional<std::uint64_t> total_bytes, available_bytes, free_bytes, swap_total_bytes,
       swap_free_bytes;
+  /// Pages mapped by processes: anonymous and file-backed (including shmem). Their sum bounds the
+  /// Pss sum of every process on the node.
+  std::optional<std::uint64_t> anon_pages_bytes, mapped_bytes;
 };
 Result<MemInfo> parse_meminfo(std::string_view text);
 

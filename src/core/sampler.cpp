@@ -86,6 +86,7 @@ void Sampler::sample(SampleListener& listener) {
   last_tick_s_ = started_s;
   if (!listener.on_sample(tick)) stop_ = true;
   if (auto w = interval_check_.observe(clock_.now() - started_s, missed())) engine_.warn(*w);
+  // Orphans the tick read as zombies were reaped by it; these are the ones it did not read.
   if (opts_.reap_adopted) {
     const int self = ::getpid();
     for (const PidSample& p : engine_.procs().pids)
@@ -104,6 +105,9 @@ void Sampler::final_sample(SampleListener& listener) {
     clock_.sleep_until(last_tick_s_ + std::min(engine_.interval_s() / 4, 2.0));
   }
   const double before = last_tick_s_;
+  // The tick that reads the command's final counters reaps it (wait4), so that the µs its
+  // clock-tick counters lost are counted (ProcScanner::reap_own_zombies; by the summary).
+  if (opts_.target_is_child) engine_.scanner().set_reap_target(true);
   sample(listener);
   if (before >= 0) final_interval_s_ = last_tick_s_ - before;
   stop_ = true;

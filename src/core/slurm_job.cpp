@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cctype>
+#include <charconv>
 
 #include "core/procfs.hpp"
 
@@ -17,15 +18,29 @@ std::optional<std::string> job_id_at(std::string_view s) {
   return std::string(s.substr(0, end));
 }
 
-/// The job of one cgroup path (the third field of a /proc/<pid>/cgroup line).
-std::optional<std::string> job_of_cgroup_path(std::string_view path) {
+}  // namespace
+
+bool is_plain_job_id(std::string_view id) {
+  auto j = job_id_at(id);
+  return j && j->size() == id.size();
+}
+
+std::optional<JobCgroupPath> slurm_job_of_cgroup_path(std::string_view path) {
   // v1: slurmstepd's hierarchy at the top of a controller's tree.
   if (path.starts_with("/slurm")) {
-    std::size_t a = path.find('/', 1);
+    const std::size_t a = path.find('/', 1);
     if (a != std::string_view::npos && path.substr(a).starts_with("/uid_")) {
-      std::size_t b = path.find('/', a + 1);
-      if (b != std::string_view::npos && path.substr(b).starts_with("/job_"))
-        if (auto id = job_id_at(path.substr(b + 5))) return id;
+      const std::size_t b = path.find('/', a + 1);
+      if (b != std::string_view::npos && path.substr(b).starts_with("/job_")) {
+        if (auto id = job_id_at(path.substr(b + 5))) {
+          JobCgroupPath j{*id, b + 5 + id->size(), std::nullopt};
+          const std::string_view u = path.substr(a + 5, b - a - 5);
+          std::uint32_t uid = 0;
+          auto [p, ec] = std::from_chars(u.data(), u.data() + u.size(), uid);
+          if (ec == std::errc() && p == u.data() + u.size() && !u.empty()) j.uid = uid;
+          return j;
+        }
+      }
     }
   }
   // v2: slurmstepd.scope (where slurmd's cgroup/v2 plugin puts jobs), not in a user's subtree.
@@ -36,17 +51,13 @@ std::optional<std::string> job_of_cgroup_path(std::string_view path) {
   if (prefix.find("/user.slice") != std::string_view::npos ||
       prefix.find("/user@") != std::string_view::npos)
     return std::nullopt;
-  return job_id_at(path.substr(at + kScope.size()));
+  auto id = job_id_at(path.substr(at + kScope.size()));
+  if (!id) return std::nullopt;
+  return JobCgroupPath{*id, at + kScope.size() + id->size(), std::nullopt};
 }
 
-}  // namespace
-
-bool is_plain_job_id(std::string_view id) {
-  auto j = job_id_at(id);
-  return j && j->size() == id.size();
-}
-
-std::optional<std::string> slurm_job_from_cgroup(std::string_view text) {
+void for_each_cgroup_line(std::string_view text,
+                          const std::function<bool(std::string_view, std::string_view)>& f) {
   // Lines "hierarchy-id:controllers:path"; v1 ("4:memory:/slurm/uid_1000/job_1234/step_0") and
   // v2 ("0::/system.slice/slurmstepd.scope/job_1234/step_batch/user/task_0").
   while (!text.empty()) {
@@ -56,9 +67,17 @@ std::optional<std::string> slurm_job_from_cgroup(std::string_view text) {
     const std::size_t c1 = line.find(':');
     const std::size_t c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
     if (c2 == std::string_view::npos) continue;
-    if (auto job = job_of_cgroup_path(line.substr(c2 + 1))) return job;
+    if (!f(line.substr(c1 + 1, c2 - c1 - 1), line.substr(c2 + 1))) return;
   }
-  return std::nullopt;
+}
+
+std::optional<std::string> slurm_job_from_cgroup(std::string_view text) {
+  std::optional<std::string> job;
+  for_each_cgroup_line(text, [&](std::string_view, std::string_view path) {
+    if (auto j = slurm_job_of_cgroup_path(path)) job = std::move(j->id);
+    return !job;
+  });
+  return job;
 }
 
 bool node_has_slurm_cgroups(const Roots& roots) {

@@ -2,6 +2,8 @@
 // Which Slurm job a process belongs to: its job cgroup (made by slurmstepd, which no user can
 // join or forge) where the node puts jobs into cgroups, else SLURM_JOB_ID in its environment.
 // Used by the slurm level (core/proc_scanner.cpp) and by `sonde agent` (docs/multinode.md).
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +21,21 @@ inline constexpr const char* kAgentMarkerEnv = "SONDE_AGENT_OF_JOB";
 /// "…/slurmstepd.scope/job_<id>/…" outside the user slices (systemd delegates cgroups to users
 /// only under /user.slice, where a "job_<id>" could be anyone's).
 std::optional<std::string> slurm_job_from_cgroup(std::string_view cgroup_text);
+
+/// A job cgroup in one cgroup path (the third field of a /proc/<pid>/cgroup line), by the rule
+/// above: the one place that decides which cgroup paths are a job's (slurm_job_from_cgroup and
+/// the exporter's job directories, sinks/prometheus_owners.cpp, both use it).
+struct JobCgroupPath {
+  std::string id;                    ///< the job id (1 to 20 digits)
+  std::size_t prefix = 0;            ///< length of the path up to and including "job_<id>"
+  std::optional<std::uint32_t> uid;  ///< v1: the <u> of "uid_<u>", when it is a number
+};
+std::optional<JobCgroupPath> slurm_job_of_cgroup_path(std::string_view path);
+
+/// Calls `f(controllers, path)` for each "hierarchy-id:controllers:path" line of
+/// /proc/<pid>/cgroup text (v2's line has empty controllers), until `f` returns false.
+void for_each_cgroup_line(std::string_view cgroup_text,
+                          const std::function<bool(std::string_view, std::string_view)>& f);
 
 /// Whether this node puts Slurm jobs into cgroups (then every process of a job is in its job's
 /// cgroup): v2 `<sys>/fs/cgroup/system.slice/slurmstepd.scope`, or v1

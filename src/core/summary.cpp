@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include <fmt/format.h>
 
 #include "core/json_text.hpp"
+#include "core/nan.hpp"
 
 namespace sonde {
 
@@ -17,7 +17,10 @@ void ColumnStats::add(double v, double dt) {
   max = std::max(max, v);
   sum += v;
   ++count;
-  if (std::isfinite(dt)) integral += v * dt;
+  if (std::isfinite(dt)) {
+    integral += v * dt;
+    span += dt;
+  }
 }
 
 RunStats::RunStats(const Engine& engine) : engine_(engine) {
@@ -45,21 +48,11 @@ const RunStats::Column* RunStats::find(Level level, const std::string& column) c
 
 namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 nlohmann::json opt(std::optional<double> v) {
   return v ? nlohmann::json(*v) : nlohmann::json();
 }
 
-std::string bytes_text(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (std::fabs(b) >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
-}
 // GPU part of the summary. The GPUs the level used are those where it held memory (at the system
 // level: all of them); their per-device means are averaged. Fills the GPU inputs of the tags
 // (bottleneck_tags).
@@ -159,6 +152,16 @@ std::string joules_text(double j) {
 
 }  // namespace
 
+std::string bytes_text(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
+}
+
 std::vector<std::string> bottleneck_tags(const TagInputs& in) {
   constexpr double kCpuBound = 70, kMemoryBound = 0.8, kGpuUtilBound = 70, kGpuMemoryBound = 0.9,
                    kGpuUnused = 10;
@@ -217,7 +220,18 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
       cpu && cpu->count ? nlohmann::json(*cpu->mean() / 100 * cpus) : nlohmann::json();
   j["cpu_peak_cores"] =
       cpu && cpu->count ? nlohmann::json(cpu->max / 100 * cpus) : nlohmann::json();
-  j["cpu_seconds"] = cpu ? nlohmann::json(cpu->integral / 100 * cpus) : nlohmann::json();
+  // CPU time measured but in no row (carried past the last one, see Collector::carried_cpu_s):
+  // in the total and the mean, over the rows' span, so that they agree with the rows and wait4.
+  double carried = 0;
+  for (const CollectorSlot& slot : engine.collectors())
+    if (slot.collector && !slot.guarded && slot.state == CollectorState::ok)
+      carried += slot.collector->carried_cpu_s(level);
+  // Recovered by sonde's own reaps after the last tick (the command's last truncated ticks).
+  if (level != Level::system) carried += engine.scanner().reaped_late_s(level);
+  j["cpu_carried_s"] = carried;
+  if (cpu && cpu->count && carried > 0 && cpu->span > 0)
+    j["cpu_mean_cores"] = j["cpu_mean_cores"].get<double>() + carried / cpu->span;
+  j["cpu_seconds"] = cpu ? nlohmann::json(cpu->integral / 100 * cpus + carried) : nlohmann::json();
   TagInputs in;
   if (cpu && cpu->count) in.cpu_mean_pct = *cpu->mean();
 
@@ -269,8 +283,12 @@ std::string summary_text(const nlohmann::json& s) {
     out += fmt::format("  CPU time     user {:.2f} s, system {:.2f} s (wait4)\n", *u,
                        num("system_cpu_s").value_or(0));
   if (auto m = num("cpu_mean_cores"))
-    out += fmt::format("  CPU          mean {:.2f} cores, peak {:.2f} of {:g} available\n", *m,
-                       num("cpu_peak_cores").value_or(0), num("num_cpus").value_or(0));
+    out += fmt::format(
+        "  CPU          mean {:.2f} cores, peak {:.2f} of {:g} available{}\n", *m,
+        num("cpu_peak_cores").value_or(0), num("num_cpus").value_or(0),
+        num("cpu_carried_s").value_or(0) >= 0.005
+            ? fmt::format(" ({:.2f} s recovered after the last row)", *num("cpu_carried_s"))
+            : std::string());
   if (auto m = num("memory_peak_gib"))
     out += fmt::format("  memory       peak {:.3f} GiB of {:.1f} GiB limit\n", *m,
                        num("memory_limit_gib").value_or(0));
@@ -726,6 +744,20 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
   j["cpu_mean_cores"] = group("cpu_cores", "mean");
   j["cpu_peak_cores"] = group("cpu_cores", "max");
   j["cpu_seconds"] = ML.contains("cpu_seconds") ? ML["cpu_seconds"] : nlohmann::json();
+  // CPU time the run measured after its last row (summary_json's cpu_carried_s): in the whole
+  // run's figures, as `sonde run` printed them; a window holds rows only.
+  const bool same_level = stored.is_object() && stored.contains("level") &&
+                          stored["level"].is_string() && stored["level"] == mname;
+  const double carried = !window && same_level ? json_number(stored, "cpu_carried_s", 0.0) : 0.0;
+  j["cpu_carried_s"] = std::isfinite(carried) && carried > 0 ? carried : 0.0;
+  if (j["cpu_carried_s"].get<double>() > 0) {
+    const double c = j["cpu_carried_s"].get<double>();
+    if (j["cpu_seconds"].is_number()) j["cpu_seconds"] = j["cpu_seconds"].get<double>() + c;
+    // The mean with the carried time spread over the rows' span is the live summary's (the span
+    // of its first tick is not in the rows).
+    if (stored.contains("cpu_mean_cores") && stored["cpu_mean_cores"].is_number())
+      j["cpu_mean_cores"] = stored["cpu_mean_cores"];
+  }
   j["memory_peak_gib"] = group("memory", "max");
   j["memory_limit_gib"] = group("memory", "limit");
   j["read_bytes"] = total(ML, "read_bytes");

@@ -21,6 +21,7 @@ namespace sonde {
 struct ColumnStats {
   std::uint64_t count = 0;
   double sum = 0, min = 0, max = 0, integral = 0;
+  double span = 0;  ///< Σ dt of the measured values
   void add(double v, double dt);
   std::optional<double> mean() const {
     return count ? std::optional<double>(sum / static_cast<double>(count)) : std::nullopt;
@@ -90,6 +91,9 @@ std::vector<std::string> bottleneck_tags(const TagInputs& in);
 /// gpu_power_mean_w, gpu_energy_j; energy collector: energy_j (over NodeInfo::energy.counted),
 /// energy_kwh, co2_g, carbon_intensity_g_per_kwh, energy_by_domain_j, energy_node_j).
 nlohmann::json summary_json(const Engine& engine, const RunStats& stats, const RunOutcome& outcome);
+
+/// Bytes as the summaries show them: "512 B", "1.5 GiB" (binary units up to TiB).
+std::string bytes_text(double bytes);
 
 /// What 100 % CPU means at `level` in a manifest's node_info: cpus_per_level.<level>.num_cpus,
 /// else (older runs) num_system_cpus for the node and num_cpus for the other levels; NaN if none.

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
+#include "core/nan.hpp"
 #include "gpu/backends.hpp"
 
 namespace sonde::gpu {
@@ -40,7 +40,6 @@ GpuSnapshot query_all(Gpus& gpus, bool with_processes) {
 }
 
 ProcessUse process_use(const GpuDevice& d, const std::unordered_set<int>& pids) {
-  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   ProcessUse use;
   double sm = 0, bw = 0, bytes = 0;
   for (const GpuProcess& p : *d.processes) {

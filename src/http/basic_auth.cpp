@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/base64.hpp"
 #include "core/fs.hpp"
 #include "core/trust.hpp"
 
@@ -30,40 +31,6 @@ std::string sha256(std::string_view s) {
 }
 
 }  // namespace
-
-bool base64_decode(std::string_view in, std::string& out) {
-  out.clear();
-  if (in.size() % 4 != 0) return false;
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  for (std::size_t i = 0; i < in.size(); i += 4) {
-    int v[4];
-    int pad = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = in[i + static_cast<std::size_t>(k)];
-      if (c == '=' && i + 4 == in.size() && k >= 2) {
-        v[k] = 0;
-        ++pad;
-        continue;
-      }
-      if (pad) return false;  // data after padding
-      v[k] = value(c);
-      if (v[k] < 0) return false;
-    }
-    const unsigned n = (static_cast<unsigned>(v[0]) << 18) | (static_cast<unsigned>(v[1]) << 12) |
-                       (static_cast<unsigned>(v[2]) << 6) | static_cast<unsigned>(v[3]);
-    out += static_cast<char>((n >> 16) & 0xff);
-    if (pad < 2) out += static_cast<char>((n >> 8) & 0xff);
-    if (pad < 1) out += static_cast<char>(n & 0xff);
-  }
-  return true;
-}
 
 Result<BasicAuth> BasicAuth::load(const std::string& path) {
   // Opened once, checked on the descriptor (owner, mode, every directory above it) and read

@@ -51,7 +51,4 @@ class BasicAuth {
   std::unique_ptr<Cache> cache_ = std::make_unique<Cache>();
 };
 
-/// Standard base64 (RFC 4648, with padding) into `out`; false on bad input.
-bool base64_decode(std::string_view in, std::string& out);
-
 }  // namespace sonde::http

@@ -17,6 +17,7 @@
 #include "core/clock.hpp"
 #include "core/fs.hpp"
 #include "core/threads.hpp"
+#include "core/trust.hpp"
 
 namespace sonde::http {
 
@@ -244,29 +245,14 @@ Result<ClientResponse> Client::post_form(
   return r;
 }
 
-Result<std::string> read_secret_file(const std::string& file, const std::string& what,
-                                     std::string* warning) {
-  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd)
-    return make_error(Errc::config,
-                      fmt::format("{} {}: cannot open: {}", what, file, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-    return make_error(Errc::config, fmt::format("{} {}: not a regular file", what, file));
-  if (warning && (st.st_mode & 077))
-    *warning = fmt::format("{} {}: group or others may read it (chmod 600)", what, file);
-  std::string s;
-  char buf[4096];
-  while (s.size() < (64u << 10)) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(Errc::config,
-                        fmt::format("{} {}: cannot read: {}", what, file, std::strerror(errno)));
-    }
-    if (n == 0) break;
-    s.append(buf, static_cast<std::size_t>(n));
-  }
+Result<std::string> read_secret_file(const std::string& file, const std::string& what) {
+  // The one rule for secrets (open_private, docs/security.md): opened once, checked on the
+  // descriptor (owner, every directory above it, not readable by others) and read from it.
+  auto fd = open_private(file, what);
+  if (!fd) return make_error(Errc::config, fd.error().message);
+  auto text = read_trusted(*fd, file, kMaxSecretBytes);
+  if (!text) return make_error(Errc::config, fmt::format("{}: {}", what, text.error().message));
+  std::string s = std::move(*text);
   if (const auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
   if (!s.empty() && s.back() == '\r') s.pop_back();
   if (s.empty()) return make_error(Errc::config, fmt::format("{} {}: empty", what, file));

@@ -69,9 +69,10 @@ class Client {
   std::uint64_t max_body_ = 0;
 };
 
-/// Reads a secret from `file`: its first line, without the newline (at most 64 KiB). `warning`
-/// gets a sentence when group or others may read the file.
-Result<std::string> read_secret_file(const std::string& file, const std::string& what,
-                                     std::string* warning = nullptr);
+/// Reads a secret from `file`: its first line, without the newline. The file passes the rule
+/// for secrets (open_private: the trust rule, and not readable by others) and holds at most
+/// kMaxSecretBytes; `what` (the option) is named in errors.
+inline constexpr std::size_t kMaxSecretBytes = std::size_t{64} << 10;
+Result<std::string> read_secret_file(const std::string& file, const std::string& what);
 
 }  // namespace sonde::http

@@ -74,34 +74,31 @@ Result<std::string> Api::call(const std::string& path,
   return std::move(r->body);
 }
 
-Result<std::vector<Series>> Api::query(const std::string& promql, double time) {
-  auto body = call("/api/v1/query", {{"query", promql}, {"time", api_time(time)}}, promql);
+Result<std::vector<Series>> Api::query_at(
+    const std::string& path, const std::vector<std::pair<std::string, std::string>>& fields,
+    const std::string& promql) {
+  auto body = call(path, fields, promql);
   if (!body) return body.error();
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = parse_query_response(
-      *body, fmt::format("{} ({})", client_->url("/api/v1/query"), clip(promql)));
+  auto r = parse_query_response(*body, fmt::format("{} ({})", client_->url(path), clip(promql)));
   stats_.parse_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (r)
     for (const auto& s : *r) stats_.samples += s.samples.size();
   return r;
 }
 
+Result<std::vector<Series>> Api::query(const std::string& promql, double time) {
+  return query_at("/api/v1/query", {{"query", promql}, {"time", api_time(time)}}, promql);
+}
+
 Result<std::vector<Series>> Api::query_range(const std::string& promql, double start, double end,
                                              double step) {
-  auto body = call("/api/v1/query_range",
-                   {{"query", promql},
-                    {"start", api_time(start)},
-                    {"end", api_time(end)},
-                    {"step", fmt::format("{:.3f}", step)}},
-                   promql);
-  if (!body) return body.error();
-  const auto t0 = std::chrono::steady_clock::now();
-  auto r = parse_query_response(
-      *body, fmt::format("{} ({})", client_->url("/api/v1/query_range"), clip(promql)));
-  stats_.parse_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (r)
-    for (const auto& s : *r) stats_.samples += s.samples.size();
-  return r;
+  return query_at("/api/v1/query_range",
+                  {{"query", promql},
+                   {"start", api_time(start)},
+                   {"end", api_time(end)},
+                   {"step", fmt::format("{:.3f}", step)}},
+                  promql);
 }
 
 Result<std::vector<std::map<std::string, std::string>>> Api::series(const std::string& match,

@@ -55,6 +55,10 @@ class Api {
   Result<std::string> call(const std::string& path,
                            const std::vector<std::pair<std::string, std::string>>& fields,
                            const std::string& shown);
+  /// call(), then the answer parsed as a query's (instant or range), counted in stats_.
+  Result<std::vector<Series>> query_at(
+      const std::string& path, const std::vector<std::pair<std::string, std::string>>& fields,
+      const std::string& promql);
   std::unique_ptr<http::Client> client_;
   ApiStats stats_;
 };

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "core/fs.hpp"
 #include "core/json_text.hpp"
 #include "core/trust.hpp"
 #include "plugins/plugins.hpp"
@@ -22,16 +23,6 @@ namespace sonde::plugins {
 namespace {
 
 using json = nlohmann::json;
-
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
 
 // One native collector and what it was built with (CollectorArgs points into this).
 struct Hosted {

@@ -257,22 +257,31 @@ bool ProcessCollector::await_setup(double deadline) {
 
 void ProcessCollector::exchange(const TickContext& ctx, double deadline) {
   std::string line;
-  // One request at a time: a child still answering an earlier tick gets no new one; its late
-  // answer is read and dropped when it comes.
-  while (outstanding_) {
+  // The next line from the child into `line`; false when the tick failed (past the deadline:
+  // `late()` says why) or the child went away.
+  const auto read_reply = [&](const auto& late) {
     const auto io = child_->read_line(line, deadline);
     if (io == ChildProcess::Io::timeout) {
-      fail_tick(fmt::format(
-          "no reply within its deadline of {:.1f} ms: still busy with tick {} "
-          "(sent {:.0f} ms ago)",
-          args_.deadline_s * 1e3, *outstanding_, (monotonic_now() - outstanding_since_) * 1e3));
-      return;
+      fail_tick(late());
+      return false;
     }
     if (io != ChildProcess::Io::ok) {
       child_gone(io == ChildProcess::Io::closed ? "it closed its stdout" : "unreadable reply",
                  0.02);
-      return;
+      return false;
     }
+    return true;
+  };
+  // One request at a time: a child still answering an earlier tick gets no new one; its late
+  // answer is read and dropped when it comes.
+  while (outstanding_) {
+    if (!read_reply([&] {
+          return fmt::format(
+              "no reply within its deadline of {:.1f} ms: still busy with tick {} "
+              "(sent {:.0f} ms ago)",
+              args_.deadline_s * 1e3, *outstanding_, (monotonic_now() - outstanding_since_) * 1e3);
+        }))
+      return;
     auto reply = protocol::parse_tick_reply(line, args_.handler_accepts);
     if (!reply || reply->tick == *outstanding_) outstanding_.reset();
   }
@@ -289,16 +298,10 @@ void ProcessCollector::exchange(const TickContext& ctx, double deadline) {
   outstanding_ = ctx.tick;
   outstanding_since_ = monotonic_now();
   for (;;) {
-    const auto io = child_->read_line(line, deadline);
-    if (io == ChildProcess::Io::timeout) {
-      fail_tick(fmt::format("no reply within its deadline of {:.1f} ms", args_.deadline_s * 1e3));
+    if (!read_reply([&] {
+          return fmt::format("no reply within its deadline of {:.1f} ms", args_.deadline_s * 1e3);
+        }))
       return;
-    }
-    if (io != ChildProcess::Io::ok) {
-      child_gone(io == ChildProcess::Io::closed ? "it closed its stdout" : "unreadable reply",
-                 0.02);
-      return;
-    }
     auto reply = protocol::parse_tick_reply(line, args_.handler_accepts);
     if (!reply) {  // cannot be matched to a request: take it as this tick's
       outstanding_.reset();

@@ -4,18 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "core/json_text.hpp"
+#include "core/nan.hpp"
 
 namespace sonde::plugins::protocol {
 namespace {
 
 using json = nlohmann::json;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string describe(const json& v) {
   switch (v.type()) {

@@ -3,15 +3,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <limits>
 
 #include <fmt/format.h>
 
-namespace sonde::csv {
-namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-}  // namespace
+#include "core/nan.hpp"
 
+namespace sonde::csv {
 bool parse_number(std::string_view f, double& out) {
   if (f.empty()) {
     out = kNaN;

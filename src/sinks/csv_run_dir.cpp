@@ -16,19 +16,6 @@
 #include "sinks/format.hpp"
 
 namespace sonde {
-namespace {
-bool write_all(int fd, std::string_view s) {
-  while (!s.empty()) {
-    const ssize_t n = ::write(fd, s.data(), s.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    s.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
-}  // namespace
 
 std::string RunDirSink::default_dir(const std::string& parent,
                                     const std::vector<std::string>& command) {
@@ -71,15 +58,9 @@ Result<std::unique_ptr<RunDirSink>> RunDirSink::create(const std::string& dir, c
   for (Level l : engine.levels()) {
     const std::string name = fmt::format("perf_{}.csv", level_name(l));
     const std::string path = dir + "/" + name;
-    auto file = create_file_in(s->dir_fd_.get(), name, path, O_APPEND);
+    auto file = RunCsvFile::create(s->dir_fd_.get(), name, path, engine.columns(l));
     if (!file) return file.error();
-    const int fd = file->get();
-    s->fds_[level_index(l)] = std::move(*file);
-    std::string header = "time,wallclock";
-    for (const auto& c : engine.columns(l)) header += "," + c;
-    header += "\n";
-    if (!write_all(fd, header))
-      return make_error(Errc::io, fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+    s->files_[level_index(l)] = std::move(*file);
     files[std::string(level_name(l))] = name;
   }
   s->manifest_["files"] = files;
@@ -102,9 +83,8 @@ void RunDirSink::update(const std::string& key, nlohmann::json value) {
 void RunDirSink::write(const Engine::Tick& tick) {
   if (failed_) return;
   for (Level l : engine_->levels()) {
-    line_.clear();
-    append_run_row(line_, tick.ctx.time_s, tick.ctx.wallclock_s, tick.rows[level_index(l)]);
-    if (!write_all(fds_[level_index(l)].get(), line_)) {
+    if (!files_[level_index(l)].append(tick.ctx.time_s, tick.ctx.wallclock_s,
+                                       tick.rows[level_index(l)])) {
       failed_ = true;
       std::cerr << fmt::format(
           "sonde: error: writing perf_{}.csv in {} failed: {}; no more rows are written, the "
@@ -118,12 +98,7 @@ void RunDirSink::write(const Engine::Tick& tick) {
 void RunDirSink::finish(const RunOutcome& outcome, const nlohmann::json& summary,
                         std::uint64_t ticks, std::uint64_t ticks_missed) {
   set_manifest_end(manifest_, wallclock_now(), outcome, !failed_, summary, ticks, ticks_missed);
-  for (UniqueFd& fd : fds_) {
-    if (fd) {
-      ::fsync(fd.get());
-      fd.close();
-    }
-  }
+  for (RunCsvFile& f : files_) f.sync_and_close();
   if (auto ok = write_manifest(); !ok) std::cerr << "sonde: error: " << ok.error().message << "\n";
 }
 

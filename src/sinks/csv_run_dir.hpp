@@ -12,6 +12,7 @@
 #include "core/engine.hpp"
 #include "core/fs.hpp"
 #include "core/summary.hpp"
+#include "sinks/run_csv.hpp"
 
 namespace sonde {
 
@@ -50,8 +51,7 @@ class RunDirSink {
   std::string dir_;
   nlohmann::json manifest_;
   UniqueFd dir_fd_;
-  std::array<UniqueFd, kNumLevels> fds_;
-  std::string line_;
+  std::array<RunCsvFile, kNumLevels> files_;
   bool failed_ = false;
 };
 

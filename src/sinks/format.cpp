@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -25,16 +26,12 @@ void append_time(std::string& out, double time_s, std::string_view nan_text) {
   fmt::format_to(std::back_inserter(out), "{:.6f}", time_s);
 }
 
-void append_run_row(std::string& out, double time_s, double wallclock_s,
-                    std::span<const double> values) {
-  append_time(out, time_s, "");
-  out += ',';
-  fmt::format_to(std::back_inserter(out), "{:.6f}", wallclock_s);
-  for (double v : values) {
-    out += ',';
-    append_number(out, v, "");
-  }
-  out += '\n';
+std::string node_dir_name(std::string_view name) {
+  std::string s(name.substr(0, 200));
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  if (s.empty() || s == "." || s == "..") return {};
+  return s;
 }
 
 nlohmann::json columns_by_level_json(const Engine& engine) {

@@ -2,6 +2,7 @@
 // Shared pieces of the outputs: numbers, the description of a run's columns and node.
 #include <span>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -18,11 +19,10 @@ void append_number(std::string& out, double v, std::string_view nan_text);
 /// significant digits it resolved only 1 ms after 116 days, while intervals go down to 1 ms).
 void append_time(std::string& out, double time_s, std::string_view nan_text);
 
-/// Appends one row of perf_<level>.csv and its newline, as a run directory holds it: time and
-/// wallclock in µs (append_time), values with append_number (a value not measured is an empty
-/// field).
-void append_run_row(std::string& out, double time_s, double wallclock_s,
-                    std::span<const double> values);
+/// A node's name as the name of its directory (nodes/<node>/ of a multi-node run): at most 200
+/// bytes of it, [A-Za-z0-9._-] kept and every other byte replaced by '_'; "" when nothing usable
+/// is left ("", "." or "..").
+std::string node_dir_name(std::string_view name);
 
 /// {"process": ["cpu_util_0", …], …} for the active levels (without time/wallclock).
 nlohmann::json columns_by_level_json(const Engine& engine);

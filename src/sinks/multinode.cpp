@@ -10,44 +10,24 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
-#include <limits>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "core/fs.hpp"
 #include "core/json_text.hpp"
+#include "core/nan.hpp"
+#include "core/summary.hpp"
 #include "sinks/format.hpp"
+#include "sinks/run_csv.hpp"
 
 namespace sonde::multinode {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-bool write_all(int fd, std::string_view s) {
-  while (!s.empty()) {
-    const ssize_t n = ::write(fd, s.data(), s.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    s.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-/// A node's name as a directory name: [A-Za-z0-9._-], others replaced by '_'.
-std::string safe_name(std::string_view name) {
-  std::string s(name.substr(0, 200));
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
-  if (s.empty() || s == "." || s == "..") return {};
-  return s;
 }
 
 /// A finite number, else NaN (JSON has no NaN, but 1e999 parses as infinity).
@@ -121,16 +101,6 @@ std::string shown(std::string_view s) {
       out += fmt::format("\\x{:02x}", c);
   }
   return out + (s.size() > 64 ? "'..." : "'");
-}
-
-std::string bytes_text(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (std::fabs(b) >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
 }
 
 }  // namespace
@@ -480,33 +450,31 @@ class CsvStore final : public Store {
             Errc::io, fmt::format("cannot open {}/nodes/{}: {}", dir_, node, std::strerror(errno)));
     }
     const std::string name = fmt::format("perf_{}.csv", level_name(level));
-    auto f = create_file_in(n.dir.get(), name, fmt::format("{}/nodes/{}/{}", dir_, node, name),
-                            O_APPEND);
+    auto f = RunCsvFile::create(n.dir.get(), name, fmt::format("{}/nodes/{}/{}", dir_, node, name),
+                                columns);
     if (!f) return f.error();
-    n.fds[level_index(level)] = std::move(*f);
-    return write_header(n.fds[level_index(level)].get(), columns,
-                        fmt::format("{}/nodes/{}/{}", dir_, node, name));
+    n.files[level_index(level)] = std::move(*f);
+    return {};
   }
 
   void node_row(const std::string& node, Level level, double time_s, double wallclock_s,
                 std::span<const double> values) override {
     auto it = nodes_.find(node);
     if (it == nodes_.end()) return;
-    write_row(it->second.fds[level_index(level)].get(), time_s, wallclock_s, values,
-              "nodes/" + node);
+    write_row(it->second.files[level_index(level)], time_s, wallclock_s, values, "nodes/" + node);
   }
 
   Result<void> begin_aggregate(Level level, const std::vector<std::string>& columns) override {
     const std::string name = fmt::format("perf_{}.csv", level_name(level));
-    auto f = create_file_in(dir_fd_.get(), name, dir_ + "/" + name, O_APPEND);
+    auto f = RunCsvFile::create(dir_fd_.get(), name, dir_ + "/" + name, columns);
     if (!f) return f.error();
     agg_[level_index(level)] = std::move(*f);
-    return write_header(agg_[level_index(level)].get(), columns, dir_ + "/" + name);
+    return {};
   }
 
   void aggregate_row(Level level, double time_s, double wallclock_s,
                      std::span<const double> values) override {
-    write_row(agg_[level_index(level)].get(), time_s, wallclock_s, values, "the aggregate");
+    write_row(agg_[level_index(level)], time_s, wallclock_s, values, "the aggregate");
   }
 
   void set_manifest(const std::string& key, nlohmann::json value) override {
@@ -527,7 +495,7 @@ class CsvStore final : public Store {
  private:
   struct NodeFiles {
     UniqueFd dir;
-    std::array<UniqueFd, kNumLevels> fds;
+    std::array<RunCsvFile, kNumLevels> files;
   };
 
   Result<void> write_manifest() {
@@ -535,22 +503,10 @@ class CsvStore final : public Store {
                            dir_ + "/manifest.json");
   }
 
-  Result<void> write_header(int fd, const std::vector<std::string>& columns,
-                            const std::string& shown) {
-    std::string header = "time,wallclock";
-    for (const auto& c : columns) header += "," + c;
-    header += "\n";
-    if (!write_all(fd, header))
-      return make_error(Errc::io, fmt::format("cannot write {}: {}", shown, std::strerror(errno)));
-    return {};
-  }
-
-  void write_row(int fd, double time_s, double wallclock_s, std::span<const double> values,
-                 const std::string& what) {
-    if (failed_ || fd < 0) return;
-    line_.clear();
-    append_run_row(line_, time_s, wallclock_s, values);
-    if (!write_all(fd, line_)) {
+  void write_row(RunCsvFile& file, double time_s, double wallclock_s,
+                 std::span<const double> values, const std::string& what) {
+    if (failed_ || !file) return;
+    if (!file.append(time_s, wallclock_s, values)) {
       failed_ = true;
       std::cerr << fmt::format(
           "sonde: error: writing {} rows in {} failed: {}; no more rows are written, the run "
@@ -564,8 +520,7 @@ class CsvStore final : public Store {
   std::function<void(const std::string&, nlohmann::json)> set_key_;
   nlohmann::json manifest_;
   std::unordered_map<std::string, NodeFiles> nodes_;
-  std::array<UniqueFd, kNumLevels> agg_;
-  std::string line_;
+  std::array<RunCsvFile, kNumLevels> agg_;
   bool failed_ = false;
 };
 
@@ -651,7 +606,7 @@ Head::Node& Head::node_of_task(int task) {
     n = std::make_unique<Node>();
     n->task = task;
     const std::string guess =
-        task < static_cast<int>(opts_.hostnames.size()) ? safe_name(opts_.hostnames[task]) : "";
+        task < static_cast<int>(opts_.hostnames.size()) ? node_dir_name(opts_.hostnames[task]) : "";
     n->name = !guess.empty() ? guess : fmt::format("task{}", task);
   }
   return *n;
@@ -703,12 +658,12 @@ void Head::on_launcher_stderr(std::string_view line, double recv_monotonic) {
   int task = -1;
   constexpr std::string_view kNodeFailure = "Node failure on ";
   if (rest.starts_with(kNodeFailure)) {
-    doc["node"] = safe_name(rest.substr(kNodeFailure.size(), 200));
+    doc["node"] = node_dir_name(rest.substr(kNodeFailure.size(), 200));
   } else if (const auto at = rest.find(": task "); at != std::string_view::npos) {
     auto l = split_label(rest.substr(at + 7));
     if (!l) return;
     task = l->task;
-    doc["node"] = safe_name(rest.substr(0, std::min<std::size_t>(at, 200)));
+    doc["node"] = node_dir_name(rest.substr(0, std::min<std::size_t>(at, 200)));
   } else {
     return;
   }
@@ -820,7 +775,7 @@ void Head::malformed(Node& n, const std::string& why) {
 
 void Head::handle_ready(Node& n, const nlohmann::json& doc) {
   if (n.ready || n.refused) return;
-  std::string name = doc.contains("node") ? safe_name(doc["node"].get<std::string>()) : "";
+  std::string name = doc.contains("node") ? node_dir_name(doc["node"].get<std::string>()) : "";
   if (name.empty()) name = n.name;
   // Two tasks on one node (or a launcher that gives no distinct names): each its own entry.
   for (const auto& other : nodes_)

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "core/nan.hpp"
+
 namespace sonde::prom {
 
 Format negotiate(std::string_view accept) {
@@ -183,7 +185,6 @@ void render(const std::vector<Family>& families, Format f, std::string& out) {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 /// What a known column becomes.
 struct KnownMetric {
@@ -203,7 +204,8 @@ struct KnownColumn {
 const KnownColumn kKnownColumns[] = {
     {"memory",
      {"sonde_memory_used_bytes", Type::gauge, "bytes", kGiB, false,
-      "Memory in use on the node (MemTotal - MemAvailable)."}},
+      "Memory in use on the node (MemTotal - MemAvailable, or AnonPages + Mapped when "
+      "larger)."}},
     {"cpu_util_avg",
      {"sonde_cpu_utilization_average_ratio", Type::gauge, "ratio", 0.01, false,
       "Mean busy fraction over all CPUs of the node during the last interval (0-1)."}},

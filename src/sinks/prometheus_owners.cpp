@@ -15,6 +15,7 @@
 #include <unordered_set>
 
 #include "core/clock.hpp"
+#include "core/nan.hpp"
 #include "core/pid_reads.hpp"
 #include "core/procfs.hpp"
 #include "sinks/prometheus.hpp"
@@ -24,68 +25,6 @@ namespace sonde::prom {
 namespace {
 
 constexpr const char* kOther = "other";
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-/// "<digits>" followed by '/' or the end, at the front of `s`: the id.
-std::optional<std::string> job_id_at(std::string_view s) {
-  std::size_t end = 0;
-  while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end]))) ++end;
-  if (end == 0 || end > 20 || (end < s.size() && s[end] != '/')) return std::nullopt;
-  return std::string(s.substr(0, end));
-}
-
-/// A job found in one cgroup path.
-struct JobInPath {
-  std::string id;
-  std::size_t prefix = 0;  ///< length of the path up to and including "job_<id>"
-  std::optional<std::uint32_t> uid;
-};
-
-/// The job of one cgroup path (the third field of a /proc/<pid>/cgroup line).
-std::optional<JobInPath> job_in_path(std::string_view path) {
-  // v1: slurmstepd's hierarchy at the top of a controller's tree.
-  if (path.starts_with("/slurm")) {
-    std::size_t a = path.find('/', 1);
-    if (a != std::string_view::npos && path.substr(a).starts_with("/uid_")) {
-      std::size_t b = path.find('/', a + 1);
-      if (b != std::string_view::npos && path.substr(b).starts_with("/job_")) {
-        if (auto id = job_id_at(path.substr(b + 5))) {
-          JobInPath j{*id, b + 5 + id->size(), std::nullopt};
-          const std::string_view u = path.substr(a + 5, b - a - 5);
-          std::uint32_t uid = 0;
-          auto [p, ec] = std::from_chars(u.data(), u.data() + u.size(), uid);
-          if (ec == std::errc() && p == u.data() + u.size() && !u.empty()) j.uid = uid;
-          return j;
-        }
-      }
-    }
-  }
-  // v2: slurmstepd.scope (where slurmd's cgroup/v2 plugin puts jobs), not in a user's subtree.
-  constexpr std::string_view kScope = "/slurmstepd.scope/job_";
-  const std::size_t at = path.find(kScope);
-  if (at == std::string_view::npos) return std::nullopt;
-  const std::string_view prefix = path.substr(0, at);
-  if (prefix.find("/user.slice") != std::string_view::npos ||
-      prefix.find("/user@") != std::string_view::npos)
-    return std::nullopt;
-  auto id = job_id_at(path.substr(at + kScope.size()));
-  if (!id) return std::nullopt;
-  return JobInPath{*id, at + kScope.size() + id->size(), std::nullopt};
-}
-
-/// Lines "hierarchy-id:controllers:path" of /proc/<pid>/cgroup, one at a time.
-template <typename F>
-void for_each_cgroup_line(std::string_view text, F&& f) {
-  while (!text.empty()) {
-    const std::size_t nl = text.find('\n');
-    const std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
-    const std::size_t c1 = line.find(':');
-    const std::size_t c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
-    if (c2 == std::string_view::npos) continue;
-    if (!f(line.substr(c1 + 1, c2 - c1 - 1), line.substr(c2 + 1))) return;
-  }
-}
 
 // mountinfo gives mount points as seen by the host; those under /sys are re-rooted at roots.sys
 // so that a test tree stands in for the real sysfs.
@@ -153,7 +92,7 @@ CgroupLayout CgroupLayout::discover(const Roots& roots) {
 JobCgroup job_cgroup_of(std::string_view cgroup_text, const CgroupLayout& layout) {
   JobCgroup cg;
   for_each_cgroup_line(cgroup_text, [&](std::string_view controllers, std::string_view path) {
-    auto j = job_in_path(path);
+    auto j = slurm_job_of_cgroup_path(path);
     if (!j) return true;
     const std::string_view job_path = path.substr(0, j->prefix);
     if (j->uid) cg.uid = j->uid;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <span>
@@ -13,6 +14,7 @@
 #include "core/fs.hpp"
 #include "core/json_text.hpp"
 #include "sinks/format.hpp"
+#include "sinks/run_csv.hpp"
 
 namespace sonde {
 
@@ -24,12 +26,9 @@ Result<void> write_levels(int dir_fd, const std::string& dir, const std::vector<
   for (const LevelTable& t : tables) {
     const std::string name = fmt::format("perf_{}.csv", level_name(t.level));
     text.clear();
-    for (std::size_t i = 0; i < t.columns.size(); ++i) {
-      if (i) text += ',';
-      text += t.columns[i];
-    }
-    text += '\n';
-    // Every row holds time and wallclock first (both readers make sure of it).
+    // Every row and the columns hold time and wallclock first (both readers make sure of it).
+    append_run_header(text, std::span<const std::string>(t.columns).subspan(
+                                std::min<std::size_t>(2, t.columns.size())));
     for (const auto& row : t.rows)
       append_run_row(text, row[0], row[1], std::span<const double>(row).subspan(2));
     if (auto ok = replace_file_in(dir_fd, name, text, dir + "/" + name); !ok) return ok.error();

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <limits>
 
+#include "core/nan.hpp"
 #include "sinks/format.hpp"
 
 namespace sonde::sqlite_detail {
@@ -50,7 +50,7 @@ bool parse_values(std::string_view text, std::vector<double>& out) {
   while (i < text.size()) {
     skip_ws(i);
     if (text.compare(i, 4, "null") == 0) {
-      out.push_back(std::numeric_limits<double>::quiet_NaN());
+      out.push_back(kNaN);
       i += 4;
     } else {
       double v = 0;

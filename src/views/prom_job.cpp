@@ -14,14 +14,17 @@
 
 #include <fmt/format.h>
 
+#include "core/base64.hpp"
 #include "core/gzip.hpp"
 #include "core/json_text.hpp"
+#include "core/nan.hpp"
 #include "core/summary.hpp"
+#include "sinks/format.hpp"
+#include "sinks/run_csv.hpp"
 
 namespace sonde::promq {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 /// Samples one range query may return (nodes × points), about 30 MB of JSON.
 constexpr double kMaxSamplesPerQuery = 1e6;
@@ -77,15 +80,11 @@ Result<std::optional<double>> edge_sample(Api& api, const std::string& sel, doub
   return out;
 }
 
+/// node_dir_name, never empty.
 std::string safe_name(const std::string& s) {
-  std::string out;
-  for (char c : s)
-    out +=
-        (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
-  if (out.empty() || out == "." || out == "..") out = "node";
-  return out;
+  std::string out = node_dir_name(s);
+  return out.empty() ? "node" : out;
 }
-
 std::string iso_time(double t) {
   const std::time_t tt = static_cast<std::time_t>(t);
   std::tm tm{};
@@ -253,20 +252,27 @@ Result<nlohmann::json> job_stats(Api& api, const JobWindow& w) {
     double util = kNaN, mem = kNaN;
   };
   std::map<std::string, std::map<std::string, Gpu>> gpus;
-  auto gutil = api.query(
-      fmt::format("max by (instance, gpu) (avg_over_time(sonde_job_gpu_utilization_ratio{}[{}]))",
-                  J, R),
-      at);
-  if (!gutil) return gutil.error();
-  for (const auto& s : *gutil)
-    if (!s.samples.empty()) gpus[s.label("instance")][s.label("gpu")].util = s.samples[0].v;
-  auto gmem = api.query(
-      fmt::format("max by (instance, gpu) (max_over_time(sonde_job_gpu_memory_used_bytes{}[{}]))",
-                  J, R),
-      at);
-  if (!gmem) return gmem.error();
-  for (const auto& s : *gmem)
-    if (!s.samples.empty()) gpus[s.label("instance")][s.label("gpu")].mem = s.samples[0].v;
+  auto per_gpu = [&](const std::string& q, double Gpu::*field) -> Result<void> {
+    auto r = api.query(q, at);
+    if (!r) return r.error();
+    for (const auto& s : *r)
+      if (!s.samples.empty()) gpus[s.label("instance")][s.label("gpu")].*field = s.samples[0].v;
+    return {};
+  };
+  if (auto ok = per_gpu(
+          fmt::format(
+              "max by (instance, gpu) (avg_over_time(sonde_job_gpu_utilization_ratio{}[{}]))", J,
+              R),
+          &Gpu::util);
+      !ok)
+    return ok.error();
+  if (auto ok = per_gpu(
+          fmt::format(
+              "max by (instance, gpu) (max_over_time(sonde_job_gpu_memory_used_bytes{}[{}]))", J,
+              R),
+          &Gpu::mem);
+      !ok)
+    return ok.error();
 
   auto get = [](const std::map<std::string, double>& m, const std::string& k) {
     auto it = m.find(k);
@@ -429,29 +435,8 @@ std::string job_stats_text(const nlohmann::json& s) {
 }
 
 namespace {
-std::string base64(const std::string& in) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const unsigned v = static_cast<unsigned char>(in[i]) << 16 |
-                       static_cast<unsigned char>(in[i + 1]) << 8 |
-                       static_cast<unsigned char>(in[i + 2]);
-    out += k[v >> 18 & 63], out += k[v >> 12 & 63], out += k[v >> 6 & 63], out += k[v & 63];
-  }
-  if (i < in.size()) {
-    unsigned v = static_cast<unsigned char>(in[i]) << 16;
-    if (i + 1 < in.size()) v |= static_cast<unsigned char>(in[i + 1]) << 8;
-    out += k[v >> 18 & 63], out += k[v >> 12 & 63];
-    out += i + 1 < in.size() ? k[v >> 6 & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
 std::string pack(const nlohmann::json& j) {
-  return "SONDE1:" + base64(gzip(json_text(j), 9));
+  return "SONDE1:" + base64_encode(gzip(json_text(j), 9));
 }
 }  // namespace
 
@@ -519,32 +504,27 @@ Result<void> write_text(const std::filesystem::path& p, const std::string& text)
   return {};
 }
 
-std::string fmt_value(double v) {
-  if (!std::isfinite(v)) return "";
-  return fmt::format("{:.9g}", v);
-}
-
 /// perf_<level>.csv text of `cols` on the axis; rows where every column is NaN are left out.
 std::string csv_text(const std::vector<Column>& cols, const Axis& a, double t0, std::size_t& rows,
                      double& first_wc, double& last_wc) {
-  std::string out = "time,wallclock";
-  for (const auto& c : cols) out += "," + c.name;
-  out += "\n";
+  std::vector<std::string> names;
+  for (const auto& c : cols) names.push_back(c.name);
+  std::string out;
+  append_run_header(out, names);
   rows = 0;
+  std::vector<double> values(cols.size());
   for (std::size_t k = 0; k < a.n; ++k) {
     bool any = false;
-    for (const auto& c : cols) any = any || std::isfinite(c.v[k]);
+    for (std::size_t i = 0; i < cols.size(); ++i) {
+      values[i] = cols[i].v[k];
+      any = any || std::isfinite(values[i]);
+    }
     if (!any) continue;
     const double wc = a.start + static_cast<double>(k) * a.step;
     if (!rows) first_wc = wc;
     last_wc = wc;
     ++rows;
-    fmt::format_to(std::back_inserter(out), "{:.3f},{:.3f}", wc - t0, wc);
-    for (const auto& c : cols) {
-      out += ',';
-      out += fmt_value(c.v[k]);
-    }
-    out += '\n';
+    append_run_row(out, wc - t0, wc, values);
   }
   return out;
 }

@@ -4,13 +4,13 @@
 // jobstats`) and its time series as a multi-node run directory (`sonde report --prometheus`).
 // Every query covers all of the job's nodes at once (`by (instance)`), so the number of
 // requests does not grow with the nodes.
-#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/nan.hpp"
 #include "core/result.hpp"
 #include "http/prometheus_api.hpp"
 
@@ -24,12 +24,12 @@ struct JobQuery {
 };
 
 struct JobNode {
-  std::string instance;  ///< Prometheus' instance label
-  std::string name;      ///< sonde_node_info's nodename, else the instance
-  double cpus = std::numeric_limits<double>::quiet_NaN();          ///< sonde_job_cpus
-  double memory_limit = std::numeric_limits<double>::quiet_NaN();  ///< bytes; NaN: none
-  double node_cpus = std::numeric_limits<double>::quiet_NaN();     ///< the node's CPUs
-  double node_memory = std::numeric_limits<double>::quiet_NaN();   ///< MemTotal, bytes
+  std::string instance;        ///< Prometheus' instance label
+  std::string name;            ///< sonde_node_info's nodename, else the instance
+  double cpus = kNaN;          ///< sonde_job_cpus
+  double memory_limit = kNaN;  ///< bytes; NaN: none
+  double node_cpus = kNaN;     ///< the node's CPUs
+  double node_memory = kNaN;   ///< MemTotal, bytes
 };
 
 struct JobWindow {

@@ -8,9 +8,11 @@
 
 #include <fmt/format.h>
 
+#include "core/base64.hpp"
 #include "core/fs.hpp"
 #include "core/gzip.hpp"
 #include "core/json_text.hpp"
+#include "core/nan.hpp"
 #include "views/report_assets.hpp"
 
 namespace sonde {
@@ -97,32 +99,12 @@ std::string gzip_base64(const std::string& text) {
   // (bench/report).
   const std::string gz = gzip(text, 1);
   if (gz.empty()) return {};
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((gz.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(gz[k]); };
-  for (; i + 2 < gz.size(); i += 3) {
-    const unsigned v = (byte(i) << 16) | (byte(i + 1) << 8) | byte(i + 2);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
-  }
-  if (i < gz.size()) {
-    const unsigned v = (byte(i) << 16) | (i + 1 < gz.size() ? byte(i + 1) << 8 : 0u);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < gz.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
+  return base64_encode(gz);
 }
 
 double json_number(const nlohmann::json& j, const char* key) {
   if (j.is_object() && j.contains(key) && j[key].is_number()) return j[key].get<double>();
-  return std::numeric_limits<double>::quiet_NaN();
+  return kNaN;
 }
 // The energy collector's figures (docs/energy.md): its domains name the series of the energy
 // charts, and each level's energy (the last value of its cumulative energy_joules_<i> columns,
@@ -160,7 +142,7 @@ nlohmann::json level_energy(const LevelTable& t, const nlohmann::json& node) {
     if (std::find(counted.begin(), counted.end(), domains[i]) == counted.end()) continue;
     const auto c = t.find(fmt::format("energy_joules_{}", i));
     if (!c) continue;
-    double last = std::numeric_limits<double>::quiet_NaN();
+    double last = kNaN;
     for (const auto& row : t.rows)
       if (*c < row.size() && std::isfinite(row[*c]))
         last = std::max(std::isnan(last) ? 0 : last, row[*c]);
@@ -169,7 +151,7 @@ nlohmann::json level_energy(const LevelTable& t, const nlohmann::json& node) {
     any = true;
   }
   if (!any) return nullptr;
-  double intensity = std::numeric_limits<double>::quiet_NaN();
+  double intensity = kNaN;
   if (node["energy"].contains("carbon_intensity_g_per_kwh") &&
       node["energy"]["carbon_intensity_g_per_kwh"].is_number())
     intensity = node["energy"]["carbon_intensity_g_per_kwh"].get<double>();
@@ -190,7 +172,7 @@ void append_levels(std::string& out, const RunData& run, const nlohmann::json& n
     first_level = false;
     const std::string lname(level_name(t.level));
     nlohmann::json limits;
-    double mem = std::numeric_limits<double>::quiet_NaN();
+    double mem = kNaN;
     if (node.contains("memory_limits") && node["memory_limits"].is_object())
       mem = json_number(node["memory_limits"], lname.c_str()) / kGiB;
     limits["memory_limit"] = std::isfinite(mem) && mem > 0 ? nlohmann::json(mem) : nlohmann::json();

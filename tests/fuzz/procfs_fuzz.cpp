@@ -18,6 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   (void)procfs::parse_pid_stat(text);
   (void)procfs::parse_pid_statm(text);
+  (void)procfs::parse_pid_smaps_rollup(text);
   (void)procfs::parse_pid_io(text);
   if (auto st = procfs::parse_pid_status(text); st.ok())
     for (int cpu : st->cpus_allowed) check(cpu >= 0 && cpu <= (1 << 16), "status: CPU id range");

@@ -272,10 +272,15 @@ def test_basic_auth(prom, tmp_path):
                   "--prometheus-password-file", str(pw))
         assert r.returncode == 0, r.stderr
         assert "warning" not in r.stderr, r.stderr
+        # The rule for every secret (docs/security.md): its group may read it, others may not.
+        pw.chmod(0o640)
+        r = sonde("jobstats", JOB, "--prometheus", url, "--prometheus-user", "alice",
+                  "--prometheus-password-file", str(pw))
+        assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
         pw.chmod(0o644)
         r = sonde("jobstats", JOB, "--prometheus", url, "--prometheus-user", "alice",
                   "--prometheus-password-file", str(pw))
-        assert r.returncode == 0 and "group or others may read it" in r.stderr, r.stderr
+        assert r.returncode == 2 and "readable by others" in r.stderr, r.stderr
         r = sonde("jobstats", JOB, "--prometheus", url, "--prometheus-user", "alice",
                   env={"SONDE_PROMETHEUS_PASSWORD": "wrong"})
         assert r.returncode == 1, r.stderr

@@ -4,7 +4,7 @@
 //  - no negative value in a rate, percentage or memory column;
 //  - no core above 100 %, no level above the CPUs it may use (beyond clock-tick jitter);
 //  - per-core columns add up to the level's total;
-//  - process <= user <= system in core terms, per core too, and process <= user for memory;
+//  - process <= user <= system in core terms, per core too, and for memory (shared pages once);
 //  - no rate over less than a quarter of the interval (unless the manifest marks the final row).
 #include <filesystem>
 #include <string>

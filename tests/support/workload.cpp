@@ -8,10 +8,22 @@
 //   write MIB PATH        sleep 0.5 s, write MIB MiB to PATH in 1 MiB chunks, fsync, sleep 0.5 s
 //   spawn N MS            sleep 0.3 s, fork N children one after the other, each burning MS ms
 //                         of its own CPU time, sleep 0.3 s
+//   orphans N MS          sleep 0.3 s, then N times: fork a child that forks a grandchild and
+//                         exits at once (the grandchild is orphaned: `sonde run` adopts it),
+//                         the grandchild burns MS ms and exits; the next one starts when it has
+//                         exited; sleep 0.3 s. Each grandchild writes its own rusage line too
+//   zombies N MS HOLD     fork N children at once, each burning MS ms; leave them zombies for
+//                         HOLD s, reap them all and exit at once (their time reaches the
+//                         parent's cutime only at the end)
 //   pinned CPU_A A CPU_B B  two threads: the main one pinned to CPU_A burns A s of its own CPU
 //                         time, a second one pinned to CPU_B burns B s and exits; then the
 //                         main thread waits 0.5 s (so that the exited thread's time is in an
 //                         interval where the main thread still runs)
+//   share PATH MIB N SECONDS  write a MIB MiB file at PATH, fork N children that each map it
+//                         shared and read every page, print "ready" once all have, sleep
+//                         SECONDS (shared pages: RSS counts them N times, Pss once)
+//   cow MIB SECONDS       allocate and touch MIB MiB, fork one child that only reads them
+//                         (copy-on-write: both map the same pages), print "ready", sleep SECONDS
 //   exit CODE             exit with CODE
 //   kill SIGNUM           raise SIGNUM on itself with the default action
 //   sleep SECONDS         sleep
@@ -42,6 +54,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -57,7 +70,11 @@ int usage(const char* argv0, const char* why) {
                "  outsider MIB SECONDS  same as hold\n"
                "  write MIB PATH        write MIB MiB to PATH (1 MiB chunks), fsync\n"
                "  spawn N MS            fork N children in turn, each burning MS ms of CPU\n"
+               "  orphans N MS          N orphaned grandchildren in turn, each burning MS ms\n"
+               "  zombies N MS HOLD     N children burning MS ms, reaped after HOLD s\n"
                "  pinned CPU_A A CPU_B B  threads pinned to two CPUs burn A and B s\n"
+               "  share PATH MIB N SECONDS  N children map one MIB MiB file, SECONDS\n"
+               "  cow MIB SECONDS       MIB MiB shared copy-on-write with a forked child\n"
                "  exit CODE             exit with CODE (0..255)\n"
                "  kill SIGNUM           raise SIGNUM on itself\n"
                "  sleep SECONDS         sleep SECONDS\n"
@@ -230,6 +247,138 @@ int mode_spawn(long n, long ms) {
   return 0;
 }
 
+int mode_orphans(long n, long ms) {
+  sleep_s(0.3);
+  for (long i = 0; i < n; ++i) {
+    int done[2];
+    if (pipe(done) != 0) return 1;
+    const pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+      close(done[0]);
+      if (fork() == 0) {
+        burn_cpu(static_cast<double>(ms) / 1000.0);
+        std::exit(0);  // writes its rusage line; the pipe closes when it is gone
+      }
+      _exit(0);
+    }
+    close(done[1]);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    char c = 0;
+    while (read(done[0], &c, 1) != 0 && errno == EINTR) {
+    }
+    close(done[0]);
+  }
+  sleep_s(0.3);
+  return 0;
+}
+
+int mode_zombies(long n, long ms, double hold) {
+  for (long i = 0; i < n; ++i) {
+    const pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+      burn_cpu(static_cast<double>(ms) / 1000.0);
+      _exit(0);
+    }
+  }
+  sleep_s(hold);
+  for (long i = 0; i < n; ++i)
+    while (wait(nullptr) < 0 && errno == EINTR) {
+    }
+  return 0;
+}
+
+// Reads one byte per page of [p, p + bytes) so that every page is resident and mapped.
+unsigned touch_read(const void* p, std::size_t bytes) {
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  unsigned sum = 0;
+  for (std::size_t off = 0; off < bytes; off += page)
+    sum += static_cast<const volatile unsigned char*>(p)[off];
+  return sum;
+}
+
+// Waits for `pid`; false (with a message) unless it exited 0.
+bool reap_ok(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return false;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+  std::fprintf(stderr, "workload: child %d failed (status %d)\n", static_cast<int>(pid), status);
+  return false;
+}
+
+int mode_share(const char* path, long mib, long n, double seconds) {
+  const std::size_t bytes = static_cast<std::size_t>(mib) * kMiB;
+  const int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    std::fprintf(stderr, "workload: cannot create %s: %s\n", path, std::strerror(errno));
+    return 1;
+  }
+  // Written through write(2), not a hole: the pages are the file's, in the page cache.
+  std::string chunk(kMiB, 's');
+  for (long i = 0; i < mib; ++i)
+    if (pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(i) * static_cast<off_t>(kMiB)) !=
+        static_cast<ssize_t>(chunk.size())) {
+      std::fprintf(stderr, "workload: write to %s failed: %s\n", path, std::strerror(errno));
+      return 1;
+    }
+  int ready[2];
+  if (pipe(ready) != 0) return 1;
+  std::vector<pid_t> children;
+  for (long i = 0; i < n; ++i) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::fprintf(stderr, "workload: fork failed: %s\n", std::strerror(errno));
+      return 1;
+    }
+    if (pid == 0) {
+      close(ready[0]);
+      void* mem = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+      if (mem == MAP_FAILED) _exit(1);
+      (void)touch_read(mem, bytes);
+      (void)!write(ready[1], "r", 1);
+      sleep_s(seconds);
+      (void)touch_read(mem, bytes);
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  close(ready[1]);
+  char c = 0;
+  for (long got = 0; got < n && read(ready[0], &c, 1) == 1;) ++got;
+  say_ready();
+  bool ok = true;
+  for (pid_t pid : children) ok = reap_ok(pid) && ok;
+  close(fd);
+  unlink(path);
+  return ok ? 0 : 1;
+}
+
+int mode_cow(long mib, double seconds) {
+  const std::size_t bytes = static_cast<std::size_t>(mib) * kMiB;
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    std::fprintf(stderr, "workload: mmap of %ld MiB failed: %s\n", mib, std::strerror(errno));
+    return 1;
+  }
+  std::memset(mem, 0x5a, bytes);
+  const pid_t pid = fork();
+  if (pid < 0) return 1;
+  if (pid == 0) {
+    (void)touch_read(mem, bytes);  // reads only: the pages stay shared with the parent
+    sleep_s(seconds);
+    (void)touch_read(mem, bytes);
+    _exit(0);
+  }
+  say_ready();
+  sleep_s(seconds);
+  (void)touch_read(mem, bytes);
+  return reap_ok(pid) ? 0 : 1;
+}
+
 int mode_kill(long signum) {
   // No core files from the test suite.
   rlimit no_core{0, 0};
@@ -337,6 +486,19 @@ int main(int argc, char** argv) {
     if (!n || !ms) return usage(argv0, "spawn: expected N and MS (integers)");
     return mode_spawn(*n, *ms);
   }
+  if (mode == "orphans" && want_args(2)) {
+    const auto n = parse_int(argv[2], 0, 100'000);
+    const auto ms = parse_int(argv[3], 0, 3'600'000);
+    if (!n || !ms) return usage(argv0, "orphans: expected N and MS (integers)");
+    return mode_orphans(*n, *ms);
+  }
+  if (mode == "zombies" && want_args(3)) {
+    const auto n = parse_int(argv[2], 0, 10'000);
+    const auto ms = parse_int(argv[3], 0, 3'600'000);
+    const auto hold = parse_seconds(argv[4]);
+    if (!n || !ms || !hold) return usage(argv0, "zombies: expected N, MS (integers) and HOLD");
+    return mode_zombies(*n, *ms, *hold);
+  }
   if (mode == "pinned" && want_args(4)) {
     const auto cpu_a = parse_int(argv[2], 0, 4095);
     const auto a = parse_seconds(argv[3]);
@@ -344,6 +506,20 @@ int main(int argc, char** argv) {
     const auto b = parse_seconds(argv[5]);
     if (!cpu_a || !a || !cpu_b || !b) return usage(argv0, "pinned: expected CPU_A A CPU_B B");
     return mode_pinned(static_cast<int>(*cpu_a), *a, static_cast<int>(*cpu_b), *b);
+  }
+  if (mode == "share" && want_args(4)) {
+    const auto mib = parse_int(argv[3], 1, 1L << 20);
+    const auto n = parse_int(argv[4], 1, 1024);
+    const auto s = parse_seconds(argv[5]);
+    if (argv[2][0] == '\0' || !mib || !n || !s)
+      return usage(argv0, "share: expected PATH, MIB and N (integers) and SECONDS");
+    return mode_share(argv[2], *mib, *n, *s);
+  }
+  if (mode == "cow" && want_args(2)) {
+    const auto mib = parse_int(argv[2], 1, 1L << 20);
+    const auto s = parse_seconds(argv[3]);
+    if (!mib || !s) return usage(argv0, "cow: expected MIB (integer) and SECONDS");
+    return mode_cow(*mib, *s);
   }
   if (mode == "exit" && want_args(1)) {
     const auto code = parse_int(argv[2], 0, 255);

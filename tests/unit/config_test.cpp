@@ -95,10 +95,10 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-TEST(ConfigDefaults, EightCollectorsInOrder) {
+TEST(ConfigDefaults, NineCollectorsInOrder) {
   Config cfg = defaults();
-  EXPECT_EQ(names(cfg), (std::vector<std::string>{"process", "cpu", "memory", "io", "network",
-                                                  "procs", "gpu", "energy"}));
+  EXPECT_EQ(names(cfg), (std::vector<std::string>{"process", "cpu", "memory", "memory_rss", "io",
+                                                  "network", "procs", "gpu", "energy"}));
   EXPECT_DOUBLE_EQ(cfg.interval_s, 0.5);
   EXPECT_EQ(cfg.out_dir, "sonde-runs");
   EXPECT_TRUE(cfg.levels.empty());
@@ -214,8 +214,8 @@ collectors:
   EXPECT_EQ(cfg.levels_origin.str(), "site.yaml:2:1");
   EXPECT_EQ(cfg.out_dir, "/scratch/runs");
   EXPECT_EQ(cfg.sources, (std::vector<std::string>{"<defaults>", "site.yaml"}));
-  EXPECT_EQ(names(cfg), (std::vector<std::string>{"process", "cpu", "memory", "io", "network",
-                                                  "procs", "gpu", "energy", "sensors"}));
+  EXPECT_EQ(names(cfg), (std::vector<std::string>{"process", "cpu", "memory", "memory_rss", "io",
+                                                  "network", "procs", "gpu", "energy", "sensors"}));
 
   const CollectorSpec* network = cfg.find("network");
   EXPECT_FALSE(network->enabled);
@@ -277,7 +277,7 @@ TEST(ConfigMerge, HandlerReplacedWholeAndKwargsMergeByKey) {
   EXPECT_EQ(x->handler.columns, (std::vector<std::string>{"x_a", "x_b"}));
   EXPECT_EQ(x->origin.str(), "b.yaml:2:3");
   EXPECT_EQ(names(cfg).back(), "x");
-  EXPECT_EQ(cfg.collectors.size(), 9u);
+  EXPECT_EQ(cfg.collectors.size(), 10u);
 }
 
 TEST(ConfigMerge, JumperHandlerNameAndMultiAggregate) {
@@ -352,7 +352,7 @@ TEST(ConfigLoad, MissingOptionalFilesAreSkipped) {
   auto cfg = load_config(isolated(dir));
   ASSERT_TRUE(cfg.ok()) << cfg.error().message;
   EXPECT_EQ(cfg->sources, std::vector<std::string>{"<defaults>"});
-  EXPECT_EQ(cfg->collectors.size(), 8u);
+  EXPECT_EQ(cfg->collectors.size(), 9u);
 }
 
 TEST(ConfigLoad, XdgFromEnvironmentThenHome) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "core/base64.hpp"
 #include "http/basic_auth.hpp"
 #include "http/request.hpp"
 #include "http/server.hpp"

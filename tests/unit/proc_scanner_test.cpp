@@ -37,6 +37,8 @@ class FakeProc {
     std::uint64_t starttime = 0;  ///< 0: 1000 + pid
     char state = 'S';
     std::uint64_t statm_resident = 0;  ///< 0: rss_pages
+    std::uint64_t pss_kib = 0;         ///< 0: no smaps_rollup (a zombie's is empty)
+    std::uint64_t statm_shared = 5;    ///< resident file-backed and shmem pages
   };
 
   /// One thread of a process: /proc/<pid>/task/<tid>/stat.
@@ -62,8 +64,16 @@ class FakeProc {
         p.pid, p.comm, p.state, p.ppid, p.pid, p.pid, p.minflt, p.cminflt, p.utime, p.stime,
         p.cutime, p.cstime, p.threads, p.starttime ? p.starttime : 1000 + p.pid, p.rss_pages,
         p.processor);
-    std::ofstream(dir / "statm") << fmt::format("1000 {} 5 1 0 100 0\n",
-                                                p.statm_resident ? p.statm_resident : p.rss_pages);
+    std::ofstream(dir / "statm") << fmt::format("1000 {} {} 1 0 100 0\n",
+                                                p.statm_resident ? p.statm_resident : p.rss_pages,
+                                                p.statm_shared);
+    if (p.pss_kib)
+      std::ofstream(dir / "smaps_rollup") << fmt::format(
+          "00400000-7ffc8b7fe000 ---p 00000000 00:00 0                          [rollup]\n"
+          "Rss:               {} kB\nPss:               {} kB\nPss_Anon:          {} kB\n",
+          p.pss_kib * 2, p.pss_kib, p.pss_kib);
+    else
+      fs::remove(dir / "smaps_rollup");
     std::ofstream(dir / "status") << fmt::format(
         "Name:\t{}\nState:\tS (sleeping)\nPPid:\t{}\nUid:\t{}\t{}\t{}\t{}\n", p.comm, p.ppid, p.uid,
         p.uid, p.uid, p.uid);
@@ -426,6 +436,128 @@ TEST(ProcScannerMemory, ExactValueFollowsActivityAndIsRefreshedWhenIdle) {
   std::uint64_t last = 0;
   for (int i = 0; i < 8; ++i) last = find(scanner.scan(3.0 + i), 100)->rss_bytes;
   EXPECT_EQ(last, 30 * page);
+}
+
+// Shared pages once: Pss from smaps_rollup when the memory collector asks for it; a process
+// without a readable smaps_rollup counts its RSS, and says so.
+TEST(ProcScannerMemory, PssFromSmapsRollupElseRss) {
+  FakeProc proc;
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  proc.write({.pid = 100, .ppid = 1, .comm = "p", .uid = 7, .rss_pages = 10, .pss_kib = 20});
+  proc.write({.pid = 101, .ppid = 100, .comm = "z", .uid = 7, .rss_pages = 3});
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, {.pid = 100, .uid = 7},
+                      {true, false, false, true}, {.pss = true});
+  const auto& s = scanner.scan(1.0);
+  EXPECT_EQ(find(s, 100)->pss_bytes, 20u * 1024);
+  EXPECT_FALSE(find(s, 100)->pss_from_rss);
+  EXPECT_EQ(find(s, 101)->pss_bytes, 3 * page);
+  EXPECT_TRUE(find(s, 101)->pss_from_rss);
+  // Not asked for: RSS, and no smaps_rollup read.
+  ProcScanner plain({.proc = proc.path(), .sys = "/nonexistent"}, {.pid = 100, .uid = 7},
+                    {true, false, false, true}, {});
+  EXPECT_EQ(find(plain.scan(1.0), 100)->pss_bytes, 10 * page);
+  EXPECT_EQ(plain.last().pss_reads, 0u);
+}
+
+// Pss is re-read when the process's memory moves, when a child appears or goes (a fork shares the
+// parent's pages), and at least every 8 scans; not while it sits still.
+TEST(ProcScannerMemory, PssIsReReadWhenItMayHaveMoved) {
+  FakeProc proc;
+  proc.write({.pid = 96, .ppid = 1, .comm = "p", .uid = 7, .rss_pages = 1000, .pss_kib = 400});
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, {.pid = 96, .uid = 7},
+                      {true, false, false, true}, {.pss = true});
+  EXPECT_EQ(find(scanner.scan(1.0), 96)->pss_bytes, 400u * 1024);
+  // Its share changes without it moving (another process mapped the same pages): kept.
+  proc.write({.pid = 96, .ppid = 1, .comm = "p", .uid = 7, .rss_pages = 1000, .pss_kib = 300});
+  EXPECT_EQ(find(scanner.scan(2.0), 96)->pss_bytes, 400u * 1024);
+  EXPECT_EQ(scanner.last().pss_reads, 0u);
+  // A forked child: the parent's pages now divide by two, seen at once.
+  proc.write({.pid = 96, .ppid = 1, .comm = "p", .uid = 7, .rss_pages = 1000, .pss_kib = 200});
+  proc.write({.pid = 97, .ppid = 96, .comm = "c", .uid = 7, .rss_pages = 1000, .pss_kib = 200});
+  const auto& s = scanner.scan(3.0);
+  EXPECT_EQ(find(s, 96)->pss_bytes, 200u * 1024);
+  EXPECT_EQ(find(s, 97)->pss_bytes, 200u * 1024);
+  // The child exits: the parent's share is whole again, at the next scan.
+  proc.remove(97);
+  proc.write({.pid = 96, .ppid = 1, .comm = "p", .uid = 7, .rss_pages = 1000, .pss_kib = 400});
+  EXPECT_EQ(find(scanner.scan(4.0), 96)->pss_bytes, 400u * 1024);
+  // It faults: re-read.
+  proc.write({.pid = 96,
+              .ppid = 1,
+              .comm = "p",
+              .uid = 7,
+              .rss_pages = 1000,
+              .minflt = 150,
+              .pss_kib = 500});
+  EXPECT_EQ(find(scanner.scan(5.0), 96)->pss_bytes, 500u * 1024);
+  // Idle: its share changes through others, seen within 32 scans (it maps little that is
+  // file-backed: its libraries).
+  proc.write({.pid = 96,
+              .ppid = 1,
+              .comm = "p",
+              .uid = 7,
+              .rss_pages = 1000,
+              .minflt = 150,
+              .pss_kib = 250});
+  std::uint64_t last = 0;
+  for (int i = 0; i < 31; ++i) last = find(scanner.scan(6.0 + i), 96)->pss_bytes;
+  EXPECT_EQ(last, 500u * 1024);
+  EXPECT_EQ(find(scanner.scan(40.0), 96)->pss_bytes, 250u * 1024);
+}
+
+// A process that maps much file-backed or shmem memory (over 16 MiB) has its idle Pss re-read
+// every 8 scans: what others map of the same pages changes its share.
+TEST(ProcScannerMemory, PssOfAProcessMappingSharedFilesIsReReadEvery8Scans) {
+  FakeProc proc;
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t rss = (24ull << 20) / page, shared = (20ull << 20) / page;
+  proc.write({.pid = 96,
+              .ppid = 1,
+              .comm = "p",
+              .uid = 7,
+              .rss_pages = rss,
+              .pss_kib = 20000,
+              .statm_shared = shared});
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, {.pid = 96, .uid = 7},
+                      {true, false, false, true}, {.pss = true});
+  EXPECT_EQ(find(scanner.scan(1.0), 96)->pss_bytes, 20000u * 1024);
+  proc.write({.pid = 96,
+              .ppid = 1,
+              .comm = "p",
+              .uid = 7,
+              .rss_pages = rss,
+              .pss_kib = 6000,
+              .statm_shared = shared});
+  std::uint64_t last = 0;
+  for (int i = 0; i < 7; ++i) last = find(scanner.scan(2.0 + i), 96)->pss_bytes;
+  EXPECT_EQ(last, 20000u * 1024);
+  EXPECT_EQ(find(scanner.scan(9.0), 96)->pss_bytes, 6000u * 1024);
+}
+
+// (pid 96: 96 % 8 = 0, the first read is not dated back.)
+// A large process's Pss is read at most every (resident / 32 MiB) scans while it moves; in
+// between, what it gained counts as its own.
+TEST(ProcScannerMemory, PssOfALargeProcessFollowsItsResidentSizeBetweenReads) {
+  FakeProc proc;
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t pages = (64ull << 20) / page;  // 64 MiB: a read every 2 scans at most
+  proc.write({.pid = 96, .ppid = 1, .comm = "p", .uid = 7, .rss_pages = pages, .pss_kib = 10240});
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, {.pid = 96, .uid = 7},
+                      {true, false, false, true}, {.pss = true});
+  EXPECT_EQ(find(scanner.scan(1.0), 96)->pss_bytes, 10240u * 1024);
+  // It grows by 1 MiB (faults): not re-read yet; its estimate grows by what it gained.
+  proc.write({.pid = 96,
+              .ppid = 1,
+              .comm = "p",
+              .uid = 7,
+              .rss_pages = pages + (1u << 20) / page,
+              .minflt = 500,
+              .pss_kib = 11000});
+  EXPECT_EQ(find(scanner.scan(2.0), 96)->pss_bytes, (10240u + 1024) * 1024);
+  EXPECT_EQ(scanner.last().pss_reads, 0u);
+  // The next scan reads it.
+  EXPECT_EQ(find(scanner.scan(3.0), 96)->pss_bytes, 11000u * 1024);
+  EXPECT_EQ(scanner.last().pss_reads, 1u);
 }
 
 }  // namespace

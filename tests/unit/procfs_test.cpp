@@ -270,6 +270,37 @@ TEST(ProcfsMeminfo, CapturedInBytes) {
   EXPECT_EQ(r->swap_free_bytes, 0u);
 }
 
+TEST(ProcfsMeminfo, MappedPages) {
+  auto r = parse_meminfo(fixture("proc_meminfo.txt"));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->anon_pages_bytes, 533504ull * 1024);
+  EXPECT_EQ(r->mapped_bytes, 41112ull * 1024);
+}
+
+TEST(ProcfsSmapsRollup, PssAndRss) {
+  // Captured from Linux 6.1.
+  const char* text =
+      "55d0c8a2e000-7ffd1a5f3000 ---p 00000000 00:00 0                          [rollup]\n"
+      "Rss:                3884 kB\n"
+      "Pss:                 702 kB\n"
+      "Pss_Dirty:           180 kB\n"
+      "Pss_Anon:            168 kB\n"
+      "Pss_File:            534 kB\n"
+      "Pss_Shmem:             0 kB\n"
+      "Shared_Clean:       3400 kB\n"
+      "Swap:                  0 kB\n"
+      "SwapPss:               0 kB\n"
+      "Locked:                0 kB\n";
+  auto r = parse_pid_smaps_rollup(text);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->pss_bytes, 702u * 1024);
+  EXPECT_EQ(r->rss_bytes, 3884u * 1024);
+  // A process without an address space (zombie, kernel thread): empty.
+  EXPECT_FALSE(parse_pid_smaps_rollup("").ok());
+  EXPECT_FALSE(parse_pid_smaps_rollup("Pss: lots kB\n").ok());
+  EXPECT_FALSE(parse_pid_smaps_rollup("Pss: 18446744073709551615 kB\n").ok());
+}
+
 TEST(ProcfsMeminfo, AbsentFieldsAreNullopt) {
   // Kernels before 3.14 have no MemAvailable.
   auto r = parse_meminfo("MemTotal:  1000 kB\nMemFree:  500 kB\nHugePages_Total:  0\n");

@@ -12,6 +12,7 @@
 #include "core/gzip.hpp"
 #include "core/json_text.hpp"
 #include "sinks/format.hpp"
+#include "sinks/run_csv.hpp"
 
 namespace sonde {
 namespace {
