@@ -622,8 +622,12 @@ TEST(Multinode, RunIntoSqliteStoresTheNodesAndTheAggregate) {
   if (every_busiest([](const NodeCpu& n) { return n.busy_share >= 0.6; }) &&
       idlest < 0.15 * busiest) {
     EXPECT_TRUE(in_report) << "the stored rows are imbalanced; head: " << head_tags;
-  } else if (every_busiest([](const NodeCpu& n) { return n.busy_share < 0.4; }) ||
-             idlest > 0.35 * busiest) {
+  } else if (std::all_of(node_cpu.begin(), node_cpu.end(),
+                         [](const NodeCpu& n) { return n.busy_share < 0.3; }) ||
+             idlest > 0.5 * busiest) {
+    // Clearly not: no node busy for even a third of its rows, or the idlest at half the busiest
+    // (the rule's time-weighted means can differ from these plain ones by a few rows' worth on a
+    // loaded machine, as the ASan stage of CI stop 31's fresh-clone run showed).
     EXPECT_FALSE(in_report) << "the stored rows are not imbalanced; head: " << head_tags;
   }
 }
