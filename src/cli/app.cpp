@@ -131,6 +131,9 @@ int run_cli(int argc, char** argv) {
   add_common(run, common, true);
   run->add_option("command", session.command, "the command and its arguments (after --)")
       ->required();
+  run->add_flag("--no-cgroup", session.no_cgroup,
+                "do not make a cgroup for the command (the process level then comes from /proc "
+                "only; docs/accuracy.md)");
 
   auto* record = app.add_subcommand("record", "record a running process, or the node");
   add_common(record, common, true);

@@ -61,6 +61,7 @@ struct SessionOptions {
   int stream_protocol = 2;           ///< stream --protocol: 2 (current) or 1 (JUmPER's older)
   bool slurm = false;                ///< run --slurm: every node of the allocation (multinode.hpp)
   std::string slurm_job;             ///< record --slurm-job ID
+  bool no_cgroup = false;            ///< run --no-cgroup: the process level from /proc only
 };
 int run_session(const CommonOptions& common, const SessionOptions& session);
 

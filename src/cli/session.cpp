@@ -15,6 +15,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/multinode.hpp"
+#include "core/cgroup.hpp"
 #include "core/engine.hpp"
 #include "core/helper_children.hpp"
 #include "core/json_text.hpp"
@@ -86,9 +87,11 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
 
 /// Starts the command with sonde's original signal mask and default dispositions. Returns its pid
 /// or an exit status (127: not found, 126: not runnable) as a negative number.
-pid_t spawn_command(const std::vector<std::string>& command, const SignalGuard& signals) {
+pid_t spawn_command(const std::vector<std::string>& command, const SignalGuard& signals,
+                    const cgroup::RunGroup* group) {
   SpawnOptions o;  // program "": found in the user's $PATH, as their shell would
   o.sigmask = &signals.original();
+  if (group) o.cgroup_procs = group->procs_fds();
   pid_t child = -1;
   const int err = spawn_program(command, o, child);
   if (err != 0) {
@@ -96,6 +99,31 @@ pid_t spawn_command(const std::vector<std::string>& command, const SignalGuard& 
     return err == ENOENT ? -127 : -126;
   }
   return child;
+}
+
+/// Where each level's CPU and memory figures come from, for the manifest.
+nlohmann::json level_sources(const Engine& engine, const cgroup::Group* group,
+                             const std::string& no_cgroup_why) {
+  nlohmann::json out = nlohmann::json::object();
+  for (Level l : engine.levels()) {
+    nlohmann::json s;
+    if (l == Level::system) {
+      s["cpu"] = "/proc/stat";
+      s["memory"] = "/proc/meminfo";
+    } else if (l == Level::process && group) {
+      s["cpu"] = fmt::format("cgroup v{} {} ({})", group->version, group->path,
+                             group->version == 1 ? "cpuacct.usage_percpu" : "cpu.stat usage_usec");
+      s["cgroup"] = group->path;
+      s["cgroup_version"] = group->version;
+      s["memory"] = "Pss of the members (/proc/<pid>/smaps_rollup)";
+    } else {
+      s["cpu"] = "the members' /proc/<pid>/stat, wait4 of those sonde reaps";
+      s["memory"] = "Pss of the members (/proc/<pid>/smaps_rollup)";
+      if (l == Level::process && !no_cgroup_why.empty()) s["cgroup_not_used"] = no_cgroup_why;
+    }
+    out[std::string(level_name(l))] = std::move(s);
+  }
+  return out;
 }
 
 /// sonde may raise its own sampling thread's priority when permitted (never another process's);
@@ -256,6 +284,8 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   }
   RunStart start;
   pid_t child = -1;
+  std::optional<cgroup::RunGroup> run_group;
+  std::string no_cgroup_why;
   // `sonde run` is the child subreaper of its command: a process of the tree whose parent exits
   // before sonde saw it (a daemonized child) is re-parented to sonde instead of init, stays in the
   // tree, and is reaped by sonde after its last read. Only when a level follows the tree.
@@ -268,9 +298,29 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     // row written (one interval later) holds everything the command did from its start.
     engine.defer_fd_budget();
     engine.tick();
+    // The process level from a cgroup made for the command, where sonde may make one (root, or a
+    // delegated v2 subtree): the kernel's exact account of everything the command runs.
+    const bool process_level = std::find(engine.levels().begin(), engine.levels().end(),
+                                         Level::process) != engine.levels().end();
+    cgroup::Reading baseline;
+    if (process_level && !so.no_cgroup) {
+      auto made = cgroup::RunGroup::create(roots, fmt::format("sonde-run-{}", ::getpid()));
+      if (made) {
+        run_group = std::move(*made);
+        baseline = cgroup::read(run_group->group());
+      } else {
+        no_cgroup_why = made.error().message;
+      }
+    } else if (process_level) {
+      no_cgroup_why = "--no-cgroup";
+    }
     const double spawned_at = boottime_now();
-    child = spawn_command(so.command, signals);
+    child = spawn_command(so.command, signals, run_group ? &*run_group : nullptr);
     if (child < 0) return -child;
+    if (run_group)
+      engine.scanner().set_level_cgroup(Level::process, run_group->group(), std::move(baseline));
+    start.level_sources =
+        level_sources(engine, run_group ? &run_group->group() : nullptr, no_cgroup_why);
     engine.set_target_pid(child);
     // sonde started the command: everything it and its descendants do is in scope, from the start.
     engine.scanner().set_count_from(spawned_at);
@@ -321,6 +371,21 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     launcher->stop();
     head->finish(monotonic_now());
   }
+  // The command's cgroup goes once the last tick read it (a process it left behind returns to
+  // sonde's own cgroup).
+  nlohmann::json final_sources;
+  if (run_group) {
+    engine.scanner().read_cgroup_tail();
+    if (const std::string problem = run_group->remove(); !problem.empty())
+      std::cerr << "sonde: warning: " << problem << "\n";
+    if (const std::string& left = engine.scanner().level_cgroup_left(Level::process);
+        !left.empty()) {
+      std::cerr << "sonde: warning: " << left
+                << ": the process level's CPU comes from /proc from then on\n";
+      final_sources = start.level_sources;
+      final_sources["process"]["cgroup_left"] = left;
+    }
+  }
   outcome.command = so.command;
   outcome.wall_s = monotonic_now() - sampler.start_time();
   outcome.run_dir = sinks.location();
@@ -335,6 +400,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
       for (const auto& t : job["tags"]) end.summary["tags"].push_back(t);
   }
   end.outcome = outcome;
+  end.level_sources = std::move(final_sources);
   end.ticks = engine.ticks() - (sampling.primed ? 1 : 0);
   end.ticks_missed = sampler.missed();
   const double interval = engine.interval_s();

@@ -171,6 +171,36 @@ class CpuCollector final : public Collector {
     return out;
   }
 
+  // A level whose cgroup the kernel accounts (`sonde run`'s command): its time is the cgroup's,
+  // exact to the nanosecond, per CPU id where the kernel keeps that (v1), else the members' reads
+  // (`raw`) scaled to the exact total. Time on a CPU outside the level's set is spread over it.
+  std::vector<double> exact(std::vector<double> raw, const CgroupDelta& cg, Level level) const {
+    if (!cg.valid) return raw;
+    const auto& index = handle_index_[level_index(level)];
+    const auto& ids = level_ids(level);
+    if (ids.empty()) return raw;
+    double sum = 0;
+    for (double v : raw) sum += v;
+    std::vector<double> out(slots_, 0.0);
+    double unplaced = 0;
+    if (!cg.cpu_s_by_id.empty()) {
+      for (std::size_t id = 0; id < cg.cpu_s_by_id.size(); ++id) {
+        if (id < slots_ && index[id] >= 0)
+          out[id] += cg.cpu_s_by_id[id];
+        else
+          unplaced += cg.cpu_s_by_id[id];
+      }
+    } else if (sum > 0) {
+      for (std::size_t j = 0; j < slots_; ++j) out[j] = raw[j] * cg.cpu_s / sum;
+    } else {
+      unplaced = cg.cpu_s;
+    }
+    if (unplaced > 0)
+      for (int id : ids)
+        out[static_cast<std::size_t>(id)] += unplaced / static_cast<double>(ids.size());
+    return out;
+  }
+
   // Adds `want` (seconds per CPU id) onto `placed` without any CPU going above `cap`; what does
   // not fit where it ran goes to the level's other CPUs with room, in proportion to their room.
   // Returns what fits nowhere.
@@ -226,7 +256,8 @@ class CpuCollector final : public Collector {
     const auto pi = level_index(Level::process);
     auto& process = placed_[pi];
     process.assign(slots_, 0.0);
-    const std::vector<double> process_want = with_carry(raw(Level::process, ctx), Level::process);
+    const std::vector<double> process_want = with_carry(
+        exact(raw(Level::process, ctx), ctx.procs->cgroup[pi], Level::process), Level::process);
     carry_[pi] = fill(process, process_want, cap_of(Level::process));
     // A CPU quota narrower than the level's CPUs (its 100 %) is a limit the kernel keeps over its
     // period, not within every interval: a group bursts past it. What goes above it is carried.

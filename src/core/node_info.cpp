@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/cgroup.hpp"
 #include "core/procfs.hpp"
 
 namespace sonde {
@@ -40,60 +41,6 @@ std::optional<T> to_num(std::string_view s) {
   auto [p, ec] = std::from_chars(s.data(), end, v);
   if (s.empty() || ec != std::errc() || p != end) return std::nullopt;
   return v;
-}
-
-// mountinfo gives mount points as seen by the host. Those under /sys are re-rooted at roots.sys
-// so that a fixture tree (tests/fixtures/<tree>/sys) stands in for the real sysfs.
-std::string host_dir(const Roots& roots, const std::string& mount_point) {
-  if (mount_point.rfind("/sys/", 0) == 0) return roots.sys + mount_point.substr(4);
-  return mount_point;
-}
-
-/// One cgroup on the path from the target's cgroup up to its hierarchy's mounted root.
-struct CgroupDir {
-  std::string cgroup_path;  ///< as /proc/<pid>/cgroup names it, for messages
-  std::string dir;          ///< where its control files are
-};
-
-// The target's cgroup and its ancestors, leaf first, in the hierarchy that `want_v2` (the
-// unified one) or `controller` (a v1 one) selects. Empty when the target is not in such a
-// hierarchy or its cgroup lies outside every mount of it (e.g. another container's subtree).
-std::vector<CgroupDir> cgroup_chain(const Roots& roots,
-                                    const std::vector<procfs::CgroupEntry>& entries,
-                                    const std::vector<procfs::CgroupMount>& mounts, bool want_v2,
-                                    std::string_view controller) {
-  auto has = [controller](const std::vector<std::string>& list) {
-    return std::find(list.begin(), list.end(), controller) != list.end();
-  };
-  for (const auto& e : entries) {
-    const bool entry_v2 = e.hierarchy_id == 0 && e.controllers.empty();
-    if (want_v2 ? !entry_v2 : (entry_v2 || !has(e.controllers))) continue;
-    for (const auto& m : mounts) {
-      if (m.v2 != want_v2 || (!want_v2 && !has(m.controllers))) continue;
-      // The mount shows the subtree at m.root: strip it to get the path below the mount point.
-      std::string rel;
-      if (m.root == "/") {
-        rel = e.path == "/" ? std::string() : e.path;
-      } else if (e.path == m.root) {
-        rel.clear();
-      } else if (e.path.rfind(m.root + "/", 0) == 0) {
-        rel = e.path.substr(m.root.size());
-      } else {
-        continue;
-      }
-      const std::string base = host_dir(roots, m.mount_point);
-      const std::string prefix = m.root == "/" ? std::string() : m.root;
-      std::vector<CgroupDir> chain;
-      while (true) {
-        const std::string shown = prefix + rel;
-        chain.push_back({shown.empty() ? std::string("/") : shown, base + rel});
-        if (rel.empty()) break;
-        rel.resize(rel.rfind('/'));
-      }
-      return chain;
-    }
-  }
-  return {};
 }
 
 std::string last_component(const std::string& path) {

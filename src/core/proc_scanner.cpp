@@ -10,7 +10,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#include <fmt/format.h>
 
 #include "core/pid_reads.hpp"
 #include "core/slurm_job.hpp"
@@ -401,8 +404,93 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   }
   match_vanished();
   place_reaped();
+  read_cgroups();
   prev_boottime_s_ = boottime_s;
   return *snap_;
+}
+
+void ProcScanner::set_level_cgroup(Level level, cgroup::Group group, cgroup::Reading baseline) {
+  cgroups_[level_index(level)] = {std::move(group), std::move(baseline)};
+}
+
+bool ProcScanner::left_group(int pid, const cgroup::Group& g) const {
+  const std::string dir = roots_.proc + "/" + std::to_string(pid);
+  auto text = read_file(dir + "/cgroup");
+  if (!text) return false;  // gone
+  auto entries = procfs::parse_pid_cgroup(*text);
+  if (!entries) return false;
+  bool inside = false, found = false;
+  for (const auto& e : *entries) {
+    const bool v2 = e.hierarchy_id == 0 && e.controllers.empty();
+    const bool cpuacct =
+        std::find(e.controllers.begin(), e.controllers.end(), "cpuacct") != e.controllers.end();
+    if (g.version == 2 ? !v2 : !cpuacct) continue;
+    found = true;
+    inside = e.path == g.path || e.path.rfind(g.path + "/", 0) == 0;
+  }
+  if (!found || inside) return false;
+  // Exiting since: its cgroup may already read as another's.
+  auto stat = read_file(dir + "/stat");
+  if (!stat) return false;
+  const auto close = stat->rfind(')');
+  return close != std::string::npos && close + 2 < stat->size() && (*stat)[close + 2] != 'Z' &&
+         (*stat)[close + 2] != 'X';
+}
+
+void ProcScanner::read_cgroup_tail() {
+  for (LevelCgroup& c : cgroups_) {
+    c.tail_s = 0;
+    if (!c.group || !c.left.empty()) continue;
+    const cgroup::Reading now = cgroup::read(c.group);
+    if (now.cpu_s && c.last.cpu_s) c.tail_s = std::max(0.0, *now.cpu_s - *c.last.cpu_s);
+  }
+}
+
+void ProcScanner::read_cgroups() {
+  for (std::size_t li = 0; li < kNumLevels; ++li) {
+    CgroupDelta& d = snap_->cgroup[li];
+    d = {};
+    LevelCgroup& c = cgroups_[li];
+    if (!c.group || !c.left.empty()) continue;
+    // The group holds the level only while every member is in it: a member that moved itself to
+    // another cgroup (systemd-run --scope, a job joining its own) takes its time elsewhere, and
+    // the level's figures come from /proc from then on.
+    if (auto procs = read_file(c.group.cpu_dir + "/cgroup.procs")) {
+      std::vector<int> in;
+      std::size_t pos = 0;
+      while (pos < procs->size()) {
+        std::size_t eol = procs->find('\n', pos);
+        if (eol == std::string::npos) eol = procs->size();
+        if (eol > pos) in.push_back(std::atoi(procs->c_str() + pos));
+        pos = eol + 1;
+      }
+      std::sort(in.begin(), in.end());
+      for (std::uint32_t i : snap_->members[li]) {
+        const PidSample& p = snap_->pids[i];
+        if (p.state == 'Z' || std::binary_search(in.begin(), in.end(), p.pid)) continue;
+        // Not listed: in a cgroup the command made below the group (which the group's account
+        // holds), or exiting since the scan read it (an exiting task leaves the listing first).
+        if (!left_group(p.pid, c.group)) continue;
+        c.left = fmt::format("process {} ({}) of the {} level left the cgroup {}", p.pid, p.comm(),
+                             level_name(static_cast<Level>(li)), c.group.path);
+        break;
+      }
+      if (!c.left.empty()) continue;
+    }
+    cgroup::Reading now = cgroup::read(c.group);
+    if (now.cpu_s && c.last.cpu_s) {
+      d.valid = true;
+      d.cpu_s = std::max(0.0, *now.cpu_s - *c.last.cpu_s);
+      if (!now.cpu_s_by_id.empty() && now.cpu_s_by_id.size() == c.last.cpu_s_by_id.size()) {
+        d.cpu_s_by_id.resize(now.cpu_s_by_id.size());
+        for (std::size_t i = 0; i < now.cpu_s_by_id.size(); ++i)
+          d.cpu_s_by_id[i] = std::max(0.0, now.cpu_s_by_id[i] - c.last.cpu_s_by_id[i]);
+      }
+    }
+    d.memory_bytes = now.memory_bytes;
+    // A failed read keeps the last good baseline: the next good read covers both intervals.
+    if (now.cpu_s) c.last = std::move(now);
+  }
 }
 
 // A zombie whose parent is sonde (an orphan adopted as subreaper, or the command of `sonde run` at

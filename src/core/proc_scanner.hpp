@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cgroup.hpp"
 #include "core/fs.hpp"
 #include "core/level.hpp"
 #include "core/node_info.hpp"
@@ -102,6 +103,15 @@ struct VanishedPid {
   std::uint8_t level_mask = 0;  ///< levels it was a member of (0: not a member)
 };
 
+/// A level's cgroup account over one interval (ProcScanner::set_level_cgroup): the kernel's exact
+/// figures, which the per-process reads only split (the cpu collector) or stand in for.
+struct CgroupDelta {
+  bool valid = false;                         ///< the group's CPU account was read at both ends
+  double cpu_s = 0;                           ///< CPU time of every member in the interval
+  std::vector<double> cpu_s_by_id;            ///< the same per CPU id (v1); empty: the total only
+  std::optional<std::uint64_t> memory_bytes;  ///< mapped memory now (cgroup::Reading)
+};
+
 struct ProcSnapshot {
   std::vector<PidSample> pids;                                 ///< members of non-system levels
   std::array<std::vector<std::uint32_t>, kNumLevels> members;  ///< indices into pids per level
@@ -117,6 +127,8 @@ struct ProcSnapshot {
   std::size_t reopened_per_tick = 0;
   /// smaps_rollup files read in this scan (the rest kept their last Pss), for the bench.
   std::size_t pss_reads = 0;
+  /// Per level: its cgroup's account over the interval (valid only for a level with a cgroup).
+  std::array<CgroupDelta, kNumLevels> cgroup;
 };
 
 class ProcScanner {
@@ -137,6 +149,26 @@ class ProcScanner {
   /// The target (sonde's child, `sonde run`) is reaped after the next scan that reads it as a
   /// zombie, like the adopted orphans (see reap_own_zombies); its status is then target_reaped().
   void set_reap_target(bool on) { reap_target_ = on; }
+  /// `level`'s figures come from `group` (the cgroup `sonde run` made for its command): each scan
+  /// reads its account, the interval's delta from `baseline` (read when the group was empty) or
+  /// the previous scan. The level's members are still found in /proc (they split the total).
+  void set_level_cgroup(Level level, cgroup::Group group, cgroup::Reading baseline);
+  /// The level's cgroup (version 0: none) and its last reading.
+  const cgroup::Group& level_cgroup(Level l) const { return cgroups_[level_index(l)].group; }
+  const cgroup::Reading& level_cgroup_reading(Level l) const {
+    return cgroups_[level_index(l)].last;
+  }
+  /// Why the level's cgroup stopped being its source (a member left it), or "": the level's
+  /// figures come from /proc from the scan that saw it.
+  const std::string& level_cgroup_left(Level l) const { return cgroups_[level_index(l)].left; }
+  /// Whether `l`'s figures still come from its cgroup.
+  bool level_cgroup_active(Level l) const {
+    return cgroups_[level_index(l)].group && cgroups_[level_index(l)].left.empty();
+  }
+  /// After the last scan, once the command is reaped: reads each active cgroup again; what it ran
+  /// since that scan (the command's exit) is in no row, and the summary counts it.
+  void read_cgroup_tail();
+  double cgroup_tail_s(Level l) const { return cgroups_[level_index(l)].tail_s; }
   /// Reaps (wait4) the zombies whose parent is sonde that the last scan read: the adopted orphans
   /// and, after set_reap_target, the target. Called once the tick's collectors are done (they
   /// still see the zombies). What their clock-tick counters lost (rusage µs − the last read) goes
@@ -180,6 +212,16 @@ class ProcScanner {
     std::vector<CpuShare> last_cpus;
   };
   std::vector<OwnZombie> own_zombies_;
+  struct LevelCgroup {
+    cgroup::Group group;
+    cgroup::Reading last;
+    std::string left;   ///< set once a member is seen outside the group
+    double tail_s = 0;  ///< read_cgroup_tail
+  };
+  std::array<LevelCgroup, kNumLevels> cgroups_;
+  void read_cgroups();
+  /// Whether `pid`, alive, is in a cgroup outside `g` and its descendants.
+  bool left_group(int pid, const cgroup::Group& g) const;
   std::array<std::vector<CpuShare>, kNumLevels> late_;
   std::array<double, kNumLevels> late_s_{};
   /// The next read of `pid` re-reads its Pss (a child of it appeared or went).

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 
 #include <fmt/format.h>
 
@@ -17,9 +18,80 @@
 extern char** environ;
 
 namespace sonde {
+namespace {
+
+// posix_spawn with a step of its own before exec: the child writes itself into its cgroups.
+// Between fork and exec the child of a threaded process may only make async-signal-safe calls:
+// everything it needs is prepared before the fork; execvpe searches $PATH on the stack.
+int fork_program(char* const* args, char* const* env, const SpawnOptions& o, pid_t& pid) {
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return errno;
+  const pid_t child = ::fork();
+  if (child < 0) {
+    const int err = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    return err;
+  }
+  if (child == 0) {
+    int err = 0;
+    for (int fd : o.cgroup_procs)
+      if (err == 0 && ::write(fd, "0", 1) != 1) err = errno;
+    if (err == 0 && o.own_process_group && ::setpgid(0, 0) != 0) err = errno;
+    if (err == 0 && o.stdout_fd >= 0 && ::dup2(o.stdout_fd, 1) < 0) err = errno;
+    if (err == 0 && o.stderr_fd >= 0 && ::dup2(o.stderr_fd, 2) < 0) err = errno;
+    if (err == 0 && o.stdin_null) {
+      const int fd = ::open("/dev/null", O_RDONLY);
+      if (fd < 0 || ::dup2(fd, 0) < 0) err = errno;
+      if (fd > 0) ::close(fd);
+    } else if (err == 0 && o.stdin_fd >= 0 && ::dup2(o.stdin_fd, 0) < 0) {
+      err = errno;
+    }
+    if (err == 0 && o.sigmask) {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::sigaction(s, &dfl, nullptr);
+      ::sigprocmask(SIG_SETMASK, o.sigmask, nullptr);
+    }
+    if (err == 0) {
+      if (o.program.empty())
+        ::execvpe(args[0], args, env);
+      else
+        ::execve(o.program.c_str(), args, env);
+      err = errno;
+    }
+    (void)!::write(report[1], &err, sizeof err);
+    ::_exit(127);
+  }
+  ::close(report[1]);
+  int err = 0;
+  ssize_t n;
+  while ((n = ::read(report[0], &err, sizeof err)) < 0 && errno == EINTR) {
+  }
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof err)) {  // it did not get to exec: as posix_spawn, no child
+    while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return err;
+  }
+  pid = child;
+  return 0;
+}
+
+}  // namespace
 
 int spawn_program(const std::vector<std::string>& argv, const SpawnOptions& o, pid_t& pid) {
   if (argv.empty()) return EINVAL;
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<char*> envp;
+  if (o.env) {
+    for (const auto& e : *o.env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+  }
+  char** env = o.env ? envp.data() : environ;
+  if (!o.cgroup_procs.empty()) return fork_program(args.data(), env, o, pid);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   if (o.stdout_fd >= 0) posix_spawn_file_actions_adddup2(&fa, o.stdout_fd, 1);
@@ -44,15 +116,6 @@ int spawn_program(const std::vector<std::string>& argv, const SpawnOptions& o, p
     flags |= POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK;
   }
   posix_spawnattr_setflags(&attr, flags);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<char*> envp;
-  if (o.env) {
-    for (const auto& e : *o.env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-  }
-  char** env = o.env ? envp.data() : environ;
   const int rc = o.program.empty()
                      ? ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), env)
                      : ::posix_spawn(&pid, o.program.c_str(), &fa, &attr, args.data(), env);

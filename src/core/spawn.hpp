@@ -26,6 +26,10 @@ struct SpawnOptions {
   /// The child's signal mask (sonde's threads block the asynchronous signals); with it, SIGINT,
   /// SIGTERM, SIGHUP, SIGCHLD and SIGPIPE are reset to their default action.
   const sigset_t* sigmask = nullptr;
+  /// Open cgroup.procs files the child writes itself into before it executes the program
+  /// (cgroup::RunGroup): everything it runs is charged to those cgroups from its first
+  /// instruction. Non-empty: the child is started with fork, not posix_spawn.
+  std::vector<int> cgroup_procs;
 };
 
 /// Starts `argv` (not empty); 0 with `pid` set, or the errno of the failure.

@@ -226,8 +226,20 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   for (const CollectorSlot& slot : engine.collectors())
     if (slot.collector && !slot.guarded && slot.state == CollectorState::ok)
       carried += slot.collector->carried_cpu_s(level);
-  // Recovered by sonde's own reaps after the last tick (the command's last truncated ticks).
-  if (level != Level::system) carried += engine.scanner().reaped_late_s(level);
+  // Recovered by sonde's own reaps after the last tick (the command's last truncated ticks); for
+  // a level from its cgroup, what the cgroup ran after the last row (the command's exit).
+  const ProcScanner& scanner = engine.scanner();
+  if (level != Level::system && scanner.level_cgroup_active(level)) {
+    carried += scanner.cgroup_tail_s(level);
+    // The group holds everything the command ran after it joined, orphans included; its wait4
+    // also has the few instructions between fork and joining, which no cgroup saw.
+    const auto& ran = scanner.level_cgroup_reading(level).cpu_s;
+    if (ran && outcome.user_cpu_s && outcome.system_cpu_s)
+      carried += std::max(
+          0.0, *outcome.user_cpu_s + *outcome.system_cpu_s - (*ran + scanner.cgroup_tail_s(level)));
+  } else if (level != Level::system) {
+    carried += scanner.reaped_late_s(level);
+  }
   j["cpu_carried_s"] = carried;
   if (cpu && cpu->count && carried > 0 && cpu->span > 0)
     j["cpu_mean_cores"] = j["cpu_mean_cores"].get<double>() + carried / cpu->span;

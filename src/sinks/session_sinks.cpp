@@ -19,6 +19,7 @@ class ManifestSink final : public Sink {
     // The first row covers the interval from this baseline (taken just before the command).
     if (start.baseline_time) store_->update("baseline_time", *start.baseline_time);
     if (!start.priority.is_null()) store_->update("priority", start.priority);
+    if (!start.level_sources.is_null()) store_->update("level_sources", start.level_sources);
     return SinkStatus::ok;
   }
   SinkStatus write(const Engine::Tick& tick) override {
@@ -33,6 +34,7 @@ class ManifestSink final : public Sink {
                       {"why", "the target exited shortly after the previous tick"}});
     if (!end.degraded.is_null()) store_->update("degraded", end.degraded);
     if (!end.interval_warning.is_null()) store_->update("interval_warning", end.interval_warning);
+    if (!end.level_sources.is_null()) store_->update("level_sources", end.level_sources);
     store_->finish(end.outcome, end.summary, end.ticks, end.ticks_missed);
   }
   std::string location() const override {

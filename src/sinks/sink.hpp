@@ -22,6 +22,7 @@ struct RunStart {
   std::optional<int> target_pid;        ///< run: the command's pid
   std::optional<double> baseline_time;  ///< run: monotonic time of the baseline tick
   nlohmann::json priority;              ///< the sampling thread's priority; null: not recorded
+  nlohmann::json level_sources;  ///< run: where each level's figures come from; null: not recorded
 };
 
 /// The end of a session.
@@ -35,6 +36,8 @@ struct RunEnd {
   nlohmann::json degraded;  ///< the engine's degradation (/proc listed less often); null: none
   /// The node did not sustain the interval (Sampler::interval_warning); null: it did.
   nlohmann::json interval_warning;
+  /// RunStart::level_sources as they ended (a member left the command's cgroup); null: as begun.
+  nlohmann::json level_sources;
 };
 
 enum class SinkStatus {
