@@ -355,6 +355,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
       outcome.exit_status = status_code(reaped->wstatus);
       outcome.user_cpu_s = reaped->user_cpu_s;
       outcome.system_cpu_s = reaped->system_cpu_s;
+      outcome.max_rss_bytes = reaped->max_rss_bytes;
     } else {
       int wstatus = 0;
       rusage usage{};
@@ -363,6 +364,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
       outcome.exit_status = status_code(wstatus);
       outcome.user_cpu_s = tv_s(usage.ru_utime);
       outcome.system_cpu_s = tv_s(usage.ru_stime);
+      outcome.max_rss_bytes = static_cast<double>(usage.ru_maxrss) * 1024.0;
     }
   }
   if (head) {
@@ -376,6 +378,8 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   nlohmann::json final_sources;
   if (run_group) {
     engine.scanner().read_cgroup_tail();
+    if (const auto peak = cgroup::read(run_group->group()).memory_peak_bytes)
+      outcome.cgroup_memory_peak_bytes = static_cast<double>(*peak);
     if (const std::string problem = run_group->remove(); !problem.empty())
       std::cerr << "sonde: warning: " << problem << "\n";
     if (const std::string& left = engine.scanner().level_cgroup_left(Level::process);

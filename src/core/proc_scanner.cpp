@@ -510,7 +510,8 @@ void ProcScanner::reap_own_zombies() {
     }
     if (r != z.pid) continue;
     if (z.pid == target_.pid)
-      target_reaped_ = TargetExit{status, tv_s(ru.ru_utime), tv_s(ru.ru_stime)};
+      target_reaped_ = TargetExit{status, tv_s(ru.ru_utime), tv_s(ru.ru_stime),
+                                  static_cast<double>(ru.ru_maxrss) * 1024.0};
     // Gone now: its parent (sonde) is no member, so nothing else counts it again.
     if (auto it = entries_.find(z.pid); it != entries_.end()) {
       Entry& e = *it->second;

@@ -180,6 +180,8 @@ class ProcScanner {
   struct TargetExit {
     int wstatus = 0;
     double user_cpu_s = 0, system_cpu_s = 0;
+    /// ru_maxrss: the largest resident set of the command or of one descendant it waited for.
+    double max_rss_bytes = 0;
   };
   const std::optional<TargetExit>& target_reaped() const { return target_reaped_; }
   /// Upper bound on files kept open; beyond it files are opened and closed per tick.

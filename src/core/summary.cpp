@@ -252,6 +252,16 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   j["memory_peak_gib"] = mem && mem->count ? nlohmann::json(mem->max) : nlohmann::json();
   j["memory_limit_gib"] = limit_gib;
   if (mem && mem->count) in.memory_peak_gib = mem->max;
+  // The kernel's peaks, which sampling can miss (a short command, a spike between ticks): the
+  // largest process's (wait4), and the command's cgroup's charge. The tag takes the larger of the
+  // sampled peak and the largest process's, both lower bounds of the true peak.
+  j["max_rss_gib"] =
+      outcome.max_rss_bytes ? nlohmann::json(*outcome.max_rss_bytes / kGiB) : nlohmann::json();
+  j["memory_peak_cgroup_gib"] = outcome.cgroup_memory_peak_bytes
+                                    ? nlohmann::json(*outcome.cgroup_memory_peak_bytes / kGiB)
+                                    : nlohmann::json();
+  if (outcome.max_rss_bytes && level == Level::process)
+    in.memory_peak_gib = std::max(in.memory_peak_gib.value_or(0), *outcome.max_rss_bytes / kGiB);
   in.memory_limit_gib = limit_gib;
 
   auto integral = [&](Level l, const char* col) {
@@ -301,9 +311,18 @@ std::string summary_text(const nlohmann::json& s) {
         num("cpu_carried_s").value_or(0) >= 0.005
             ? fmt::format(" ({:.2f} s recovered after the last row)", *num("cpu_carried_s"))
             : std::string());
-  if (auto m = num("memory_peak_gib"))
-    out += fmt::format("  memory       peak {:.3f} GiB of {:.1f} GiB limit\n", *m,
+  if (auto m = num("memory_peak_gib")) {
+    out += fmt::format("  memory       peak {:.3f} GiB of {:.1f} GiB limit (sampled)", *m,
                        num("memory_limit_gib").value_or(0));
+    out += "\n";
+    std::string kernel;
+    if (auto r = num("max_rss_gib"))
+      kernel += fmt::format("largest process {:.3f} GiB (wait4 max RSS)", *r);
+    if (auto c = num("memory_peak_cgroup_gib"))
+      kernel +=
+          fmt::format("{}cgroup {:.3f} GiB (with page cache)", kernel.empty() ? "" : ", ", *c);
+    if (!kernel.empty()) out += "               kernel peaks: " + kernel + "\n";
+  }
   if (auto r = num("read_bytes"))
     out += fmt::format("  I/O          read {}, written {}\n", bytes_text(*r),
                        bytes_text(num("written_bytes").value_or(0)));
@@ -669,6 +688,10 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
     j["user_cpu_s"] = nullptr;
     j["system_cpu_s"] = nullptr;
   }
+  // The kernel's memory peaks of the whole run (not of a window).
+  for (const char* key : {"max_rss_gib", "memory_peak_cgroup_gib"})
+    j[key] =
+        !window && stored.contains(key) && stored[key].is_number() ? stored[key] : nlohmann::json();
 
   nlohmann::json levels = nlohmann::json::object();
   for (const LevelTable& t : run.levels) {

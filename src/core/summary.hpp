@@ -51,6 +51,12 @@ struct RunOutcome {
   std::optional<int> exit_status;  ///< 128+N when killed by signal N
   double wall_s = 0;
   std::optional<double> user_cpu_s, system_cpu_s;  ///< from wait4, when sonde started the program
+  /// wait4's ru_maxrss: the largest resident set of the program or of one process it waited for
+  /// (the kernel's peak, not sampled; not the tree's sum).
+  std::optional<double> max_rss_bytes;
+  /// The peak charge of the cgroup `sonde run` made for the program (v1 max_usage_in_bytes, v2
+  /// memory.peak: page cache included), when it made one with the memory controller.
+  std::optional<double> cgroup_memory_peak_bytes;
   std::string run_dir;
 };
 

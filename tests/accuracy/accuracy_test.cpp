@@ -698,6 +698,35 @@ TEST(Accuracy, RunCgroupIsTheProcessLevelsExactSource) {
                 "core-seconds of 150 children of 20 ms from /proc (rows and carried)");
 }
 
+// Issue 25, finding 6: a peak between two ticks (here a 0.05 s command at a 0.5 s interval) is
+// missed by sampling; the summary has the kernel's peaks beside the sampled one: wait4's max RSS
+// of the largest process, and (root, cgroup v1 memory or v2) the run cgroup's peak charge. The
+// truth is the workload's own allocation: 300 MiB touched.
+TEST(Accuracy, PeakMemoryBetweenTicksComesFromTheKernel) {
+  const fs::path dir = scratch_dir();
+  auto r = sonde_run(dir, {"--interval", "0.5", "--levels", "process,system"},
+                     {workload(), "hold", "300", "0.05"});
+  ASSERT_EQ(r.result.status, 0) << r.result.describe();
+  const double held = 300 * kMiB / (1024 * kMiB);
+  ASSERT_TRUE(r.summary.at("max_rss_gib").is_number()) << r.summary.dump();
+  const double max_rss = r.summary.at("max_rss_gib").get<double>();
+  EXPECT_GE(max_rss, held) << "max RSS below what the workload touched";
+  EXPECT_LE(max_rss, held + 32 * kMiB / (1024 * kMiB)) << "max RSS far above the allocation";
+  if (r.summary.at("memory_peak_cgroup_gib").is_number()) {
+    EXPECT_GE(r.summary.at("memory_peak_cgroup_gib").get<double>(), held);
+  }
+  // The stored run's summary (`sonde runs show`, the report) keeps them.
+  auto run = read_run(r.run.string());
+  ASSERT_TRUE(run) << run.error().message;
+  EXPECT_EQ(summarize_run(*run).at("max_rss_gib"), r.summary.at("max_rss_gib"));
+  // And the text summary names them.
+  const RunResult text =
+      run_command({sonde_binary(), "run", "--out", (dir / "text").string(), "--interval", "0.5",
+                   "--", workload(), "hold", "300", "0.05"});
+  ASSERT_EQ(text.status, 0) << text.describe();
+  EXPECT_NE(text.err.find("(wait4 max RSS)"), std::string::npos) << text.err;
+}
+
 // A process the command leaves running (a daemon) is not harmed by the end of the run: it goes
 // back to sonde's own cgroup, alive, and the run's cgroup is removed.
 TEST(Accuracy, RunCgroupLetsADaemonLiveOn) {
