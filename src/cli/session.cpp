@@ -405,6 +405,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   }
   end.outcome = outcome;
   end.level_sources = std::move(final_sources);
+  end.notes = engine.notes();
   end.ticks = engine.ticks() - (sampling.primed ? 1 : 0);
   end.ticks_missed = sampler.missed();
   const double interval = engine.interval_s();

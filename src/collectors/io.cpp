@@ -22,8 +22,9 @@ constexpr double kSectorBytes = 512.0;
 
 class IoCollector final : public Collector {
  public:
-  IoCollector(const Roots& roots, std::function<void(const std::string&)> warn)
-      : roots_(roots), warn_(std::move(warn)) {}
+  IoCollector(const Roots& roots, std::function<void(const std::string&)> warn,
+              std::function<void(const std::string&)> note)
+      : roots_(roots), warn_(std::move(warn)), note_(std::move(note)) {}
 
   Result<void> setup() override {
     auto names = list_dir(roots_.sys + "/block");
@@ -69,16 +70,19 @@ class IoCollector final : public Collector {
     const bool whole = level == Level::process;
     if (denied > 0 && (whole || readable == 0)) out.measured = false;
     auto& warned = warned_[level_index(level)];
-    if (denied > 0 && !warned && warn_) {
+    // A level measured without some members (a container's init at the user level) changes no
+    // figure the summary shows: the manifest says so; the process level's gap is a warning.
+    const auto& say = out.measured && !whole && note_ ? note_ : warn_;
+    if (denied > 0 && !warned && say) {
       warned = true;
-      warn_(out.measured
-                ? fmt::format("/proc/<pid>/io of {} process(es) of the {} level (e.g. {}) is not "
-                              "readable (permission denied): the level's I/O leaves them out",
-                              denied, level_name(level), denied_pid)
-                : fmt::format("/proc/{}/io is not readable (permission denied): the I/O columns "
-                              "of the {} level are left empty (run sonde as the process's user or "
-                              "as root to measure them)",
-                              denied_pid, level_name(level)));
+      say(out.measured
+              ? fmt::format("/proc/<pid>/io of {} process(es) of the {} level (e.g. {}) is not "
+                            "readable (permission denied): the level's I/O leaves them out",
+                            denied, level_name(level), denied_pid)
+              : fmt::format("/proc/{}/io is not readable (permission denied): the I/O columns "
+                            "of the {} level are left empty (run sonde as the process's user or "
+                            "as root to measure them)",
+                            denied_pid, level_name(level)));
     }
     return RawValue(std::move(out));
   }
@@ -104,7 +108,7 @@ class IoCollector final : public Collector {
   std::vector<std::string> disks_;
   std::array<std::array<double, 4>, kNumLevels> raw_{};
   std::array<std::array<double, 4>, kNumLevels> shown_{};
-  std::function<void(const std::string&)> warn_;
+  std::function<void(const std::string&)> warn_, note_;
   std::array<bool, kNumLevels> warned_{};
 };
 }  // namespace
@@ -114,7 +118,9 @@ CollectorInfo io_info() {
           "read/write operations and bytes per second (pid levels: /proc/<pid>/io; node: disks)",
           {},
           false,
-          [](const CollectorArgs& a) { return std::make_unique<IoCollector>(*a.roots, a.warn); }};
+          [](const CollectorArgs& a) {
+            return std::make_unique<IoCollector>(*a.roots, a.warn, a.note);
+          }};
 }
 
 }  // namespace sonde::collectors

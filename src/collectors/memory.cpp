@@ -18,8 +18,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 class MemoryCollector final : public Collector {
  public:
-  MemoryCollector(const Roots& roots, std::function<void(const std::string&)> warn)
-      : path_(roots.proc + "/meminfo"), warn_(std::move(warn)) {}
+  MemoryCollector(const Roots& roots, std::function<void(const std::string&)> warn,
+                  std::function<void(const std::string&)> note)
+      : path_(roots.proc + "/meminfo"), warn_(std::move(warn)), note_(std::move(note)) {}
 
   Result<void> setup() override {
     auto text = read_file(path_);
@@ -47,9 +48,11 @@ class MemoryCollector final : public Collector {
         }
       }
       auto& warned = warned_[level_index(level)];
-      if (denied > 0 && !warned && warn_) {
+      // Beyond the process level (the summary's), a fact for the manifest, not a warning.
+      const auto& say = level != Level::process && note_ ? note_ : warn_;
+      if (denied > 0 && !warned && say) {
         warned = true;
-        warn_(fmt::format(
+        say(fmt::format(
             "/proc/<pid>/smaps_rollup of {} process(es) of the {} level (e.g. {}) is not readable "
             "(permission denied): `memory` counts their RSS, their shared pages once per process",
             denied, level_name(level), denied_pid));
@@ -70,7 +73,7 @@ class MemoryCollector final : public Collector {
 
  private:
   std::string path_;
-  std::function<void(const std::string&)> warn_;
+  std::function<void(const std::string&)> warn_, note_;
   std::array<bool, kNumLevels> warned_{};
 };
 
@@ -88,13 +91,14 @@ class MemoryRssCollector final : public Collector {
 }  // namespace
 
 CollectorInfo memory_info() {
-  return {
-      "sonde.collectors.memory",
-      "memory in GiB, shared pages once: Pss sum per level (RSS where smaps_rollup is "
-      "unreadable); for the node MemTotal - MemAvailable, or AnonPages + Mapped if larger",
-      {},
-      false,
-      [](const CollectorArgs& a) { return std::make_unique<MemoryCollector>(*a.roots, a.warn); }};
+  return {"sonde.collectors.memory",
+          "memory in GiB, shared pages once: Pss sum per level (RSS where smaps_rollup is "
+          "unreadable); for the node MemTotal - MemAvailable, or AnonPages + Mapped if larger",
+          {},
+          false,
+          [](const CollectorArgs& a) {
+            return std::make_unique<MemoryCollector>(*a.roots, a.warn, a.note);
+          }};
 }
 
 CollectorInfo memory_rss_info() {

@@ -61,6 +61,8 @@ struct CollectorArgs {
   double deadline_s = 0.25;
   /// Where warnings go.
   std::function<void(const std::string&)> warn;
+  /// Where facts go that change no figure the user asked for (Engine::note): the manifest only.
+  std::function<void(const std::string&)> note;
 
   const ParamValue& param(const std::string& key) const { return params.at(key); }
   bool flag(const std::string& key) const { return std::get<bool>(param(key)); }

@@ -120,6 +120,16 @@ Engine::~Engine() {
   watchdog_.reset();  // joins the idle worker; abandoned ones own what they still use
 }
 
+void Engine::note(const std::string& msg) {
+  std::lock_guard lock(notes_mu_);
+  if (std::find(notes_.begin(), notes_.end(), msg) == notes_.end()) notes_.push_back(msg);
+}
+
+std::vector<std::string> Engine::notes() const {
+  std::lock_guard lock(notes_mu_);
+  return notes_;
+}
+
 void Engine::warn(const std::string& msg) const {
   if (opts_.warn)
     opts_.warn(msg);
@@ -205,6 +215,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& cfg, EngineOptions 
       args.raw_kwargs = slot.spec.kwargs;
       args.handler_accepts = std::string(slot.handler->accepts());
       args.handler_metrics = slot.spec.handler.metrics;
+      args.note = [engine = e.get()](const std::string& m) { engine->note(m); };
       args.warn = [w = e->opts_.warn](const std::string& m) {
         if (w)
           w(m);

@@ -6,6 +6,7 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -108,8 +109,14 @@ class Engine {
   const ProcScanner& scanner() const { return *scanner_; }
   /// A warning through EngineOptions::warn (default: stderr); the Sampler's go here too.
   void warn(const std::string& msg) const;
+  /// A fact for the run's manifest that changes no figure the user asked for (the user level
+  /// leaving out a container's init it may not read): kept, once each, never on stderr.
+  void note(const std::string& msg);
+  std::vector<std::string> notes() const;
 
  private:
+  mutable std::mutex notes_mu_;
+  std::vector<std::string> notes_;
   /// What a collector's thread may read for as long as it runs (roots, target, node info): on the
   /// heap, so that it can outlive the engine when a worker is stuck in a collector.
   struct Env {

@@ -698,6 +698,12 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
     const auto [first, last] = window_rows(t, window);
     const std::string lname(level_name(t.level));
     const double cpus = level_num_cpus(node, t.level);
+    // The first row covers the time since the run's baseline tick when the manifest has it (`sonde
+    // run`; the live summary weighs it so), else one interval.
+    double first_dt = interval;
+    if (const double base = json_number(m, "baseline_time", kNaN);
+        std::isfinite(base) && !t.rows.empty() && t.rows[0][0] > base)
+      first_dt = t.rows[0][0] - base;
     double limit_bytes = kNaN;
     if (node.contains("memory_limits") && node["memory_limits"].is_object())
       limit_bytes = json_number(node["memory_limits"], lname.c_str(), kNaN);
@@ -709,27 +715,27 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
     L["num_cpus"] = num_or_null(cpus);
     nlohmann::json groups = nlohmann::json::object();
     if (auto c = t.find("cpu_util_avg")) {
-      const ColumnStats s = column_stat(t, *c, first, last, interval);
+      const ColumnStats s = column_stat(t, *c, first, last, first_dt);
       groups["cpu"] = group_json(s, 1, 100.0, "%");
       groups["cpu_cores"] = group_json(s, cpus / 100, cpus, "cores");
       L["cpu_seconds"] = s.count ? num_or_null(s.integral / 100 * cpus) : nlohmann::json();
     }
     if (auto c = t.find("memory")) {
-      const ColumnStats s = column_stat(t, *c, first, last, interval);
+      const ColumnStats s = column_stat(t, *c, first, last, first_dt);
       groups["memory"] = group_json(
           s, 1, limit_bytes > 0 ? std::optional<double>(limit_bytes / kGiB) : std::nullopt, "GiB");
     }
-    if (auto s = device_mean_stat(t, "gpu_util_", first, last, interval))
+    if (auto s = device_mean_stat(t, "gpu_util_", first, last, first_dt))
       groups["gpu_util"] = group_json(*s, 1, 100.0, "%");
-    if (auto s = device_mean_stat(t, "gpu_band_", first, last, interval))
+    if (auto s = device_mean_stat(t, "gpu_band_", first, last, first_dt))
       groups["gpu_band"] = group_json(*s, 1, 100.0, "%");
-    if (auto s = device_mean_stat(t, "gpu_mem_", first, last, interval)) {
+    if (auto s = device_mean_stat(t, "gpu_mem_", first, last, first_dt)) {
       const double gpu_gib = json_number(node, "gpu_memory_gib", kNaN);
       groups["gpu_mem"] =
           group_json(*s, 1, gpu_gib > 0 ? std::optional<double>(gpu_gib) : std::nullopt, "GiB");
     }
     L["groups"] = groups;
-    L["tags"] = bottleneck_tags(level_tag_inputs(t, groups, node, first, last, interval));
+    L["tags"] = bottleneck_tags(level_tag_inputs(t, groups, node, first, last, first_dt));
     nlohmann::json totals = nlohmann::json::object();
     const std::pair<const char*, const char*> total_cols[] = {
         {"read_bytes", "io_read"},
@@ -741,7 +747,7 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
         {"net_sent_packets", "net_packets_sent"},
         {"net_recv_packets", "net_packets_recv"}};
     for (const auto& [key, col] : total_cols)
-      if (auto c = t.find(col)) totals[key] = column_stat(t, *c, first, last, interval).integral;
+      if (auto c = t.find(col)) totals[key] = column_stat(t, *c, first, last, first_dt).integral;
     L["totals"] = totals;
     levels[lname] = L;
   }

@@ -35,6 +35,7 @@ class ManifestSink final : public Sink {
     if (!end.degraded.is_null()) store_->update("degraded", end.degraded);
     if (!end.interval_warning.is_null()) store_->update("interval_warning", end.interval_warning);
     if (!end.level_sources.is_null()) store_->update("level_sources", end.level_sources);
+    if (!end.notes.empty()) store_->update("notes", end.notes);
     store_->finish(end.outcome, end.summary, end.ticks, end.ticks_missed);
   }
   std::string location() const override {

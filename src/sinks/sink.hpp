@@ -36,6 +36,8 @@ struct RunEnd {
   nlohmann::json degraded;  ///< the engine's degradation (/proc listed less often); null: none
   /// The node did not sustain the interval (Sampler::interval_warning); null: it did.
   nlohmann::json interval_warning;
+  /// Facts that changed no figure the user asked for (Engine::notes); empty: none.
+  std::vector<std::string> notes;
   /// RunStart::level_sources as they ended (a member left the command's cgroup); null: as begun.
   nlohmann::json level_sources;
 };

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/json_text.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {
@@ -232,6 +233,34 @@ INSTANTIATE_TEST_SUITE_P(Signals, RunForwardsSignal,
                          ::testing::Values(SignalCase{SIGTERM, "TERM"}, SignalCase{SIGINT, "INT"},
                                            SignalCase{SIGHUP, "HUP"}),
                          [](const auto& p) { return std::string(p.param.name); });
+
+// Issue 25, finding 9: a member of the user level sonde may not read (another process of the
+// same user made non-dumpable; as root in a container, its init) changes no figure of the
+// summary: it is said once in the manifest's notes, not on stderr at every run.
+TEST(Run, UnreadableMembersOfTheUserLevelAreANoteNotAWarning) {
+  const auto other = other_user();
+  if (!other) GTEST_SKIP() << "needs root (to act as user " << kOtherUser << ")";
+  const fs::path dir = scratch_dir();
+  ASSERT_EQ(::chown(dir.c_str(), other->uid, other->gid), 0);
+  BackgroundProcess hidden(
+      as_user(*other, {"/usr/bin/python3", "-c",
+                       "import ctypes, sys, time\n"
+                       "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0\n"
+                       "print('ready', flush=True)\n"
+                       "time.sleep(30)"}));
+  ASSERT_EQ(hidden.read_line(30), std::optional<std::string>("ready")) << hidden.err();
+  const RunResult r = run_command(as_user(
+      *other, {sonde_binary(), "run", "--interval", "0.1", "--levels", "process,user,system",
+               "--out", (dir / "out").string(), "--", workload_binary(), "burn", "0.3"}));
+  ASSERT_EQ(r.status, 0) << r.describe();
+  EXPECT_EQ(r.err.find("is not readable"), std::string::npos) << r.err;
+  const nlohmann::json m = read_json(run_dir(dir / "out") / "manifest.json");
+  ASSERT_TRUE(m.contains("notes")) << json_text(m);
+  bool said = false;
+  for (const auto& n : m["notes"])
+    said = said || n.get<std::string>().find("of the user level") != std::string::npos;
+  EXPECT_TRUE(said) << json_text(m["notes"]);
+}
 
 }  // namespace
 }  // namespace sonde::test
