@@ -395,15 +395,17 @@ TEST(Accuracy, IoCountsWhatReachesStorageAndEveryCall) {
 // Pss sum, within the same tolerance).
 TEST(Accuracy, MemoryOfManyProcessesIsExact) {
   const fs::path dir = scratch_dir();
+  // The 100 hold their memory until the test has measured (a slow machine may take seconds to
+  // start them all: a fixed hold could end before the last one started), then get SIGTERM.
   const std::string script =
-      "for i in $(seq 100); do " + workload() + " hold 2 6 > /dev/null & done; wait";
+      "for i in $(seq 100); do " + workload() + " hold 2 120 > /dev/null & done; wait";
   BackgroundProcess sonde({sonde_binary(), "run", "--quiet", "--interval", "0.2", "--levels",
                            "process,user,system", "--out", (dir / "out").string(), "--", "sh", "-c",
                            script});
   // Wait until all 100 hold their memory (101 processes in the tree, memory steady).
   const fs::path csv = dir / "out" / "perf_process.csv";
   double truth = 0, measured = 0, truth_pss = 0, measured_pss = 0;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 600; ++i) {
     sleep_for(0.1);
     const std::string text = read_file(csv);
     if (std::count(text.begin(), text.end(), '\n') < 4) continue;
@@ -427,6 +429,9 @@ TEST(Accuracy, MemoryOfManyProcessesIsExact) {
     measured_pss = after.numbers("memory").back() * 1024 * kMiB;
     break;
   }
+  // The holds end (the shell's wait returns, the command and the run end).
+  for (int root : children_of(sonde.pid()))
+    for (int hold : children_of(root)) ::kill(hold, SIGTERM);
   ASSERT_GT(truth, 100 * 2 * kMiB) << "the workload never held its memory";
   expect_within(measured, truth, kMemoryTolerance, "RSS of 100 processes of 2 MiB");
   expect_within(measured_pss, truth_pss, kMemoryTolerance, "Pss of 100 processes of 2 MiB");
