@@ -1,6 +1,7 @@
 #include "core/cgroup.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -154,6 +155,24 @@ Result<void> make_dir(const std::string& dir) {
                     fmt::format("cannot make the cgroup {}: {}", dir, std::strerror(errno)));
 }
 
+// Groups of earlier runs whose sonde was killed (SIGKILL, the OOM killer) before removing them:
+// `sonde-run-<pid>` below `parent` whose pid is gone. rmdir removes only an empty group; one
+// whose command still runs stays, as the command is never touched.
+void remove_stale(const std::string& parent) {
+  auto names = list_dir(parent);
+  if (!names) return;
+  constexpr std::string_view kPrefix = "sonde-run-";
+  for (const std::string& n : *names) {
+    if (n.rfind(kPrefix, 0) != 0) continue;
+    int pid = 0;
+    const char* b = n.data() + kPrefix.size();
+    auto [p, ec] = std::from_chars(b, n.data() + n.size(), pid);
+    if (ec != std::errc() || p != n.data() + n.size() || pid <= 0) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its sonde (or a pid reuse) lives
+    ::rmdir((parent + "/" + n).c_str());
+  }
+}
+
 }  // namespace
 
 Result<RunGroup> RunGroup::create(const Roots& roots, const std::string& name) {
@@ -167,6 +186,7 @@ Result<RunGroup> RunGroup::create(const Roots& roots, const std::string& name) {
   RunGroup rg;
   auto add = [&](const CgroupDir& parent) -> Result<std::string> {
     const std::string dir = parent.dir + "/" + name;
+    remove_stale(parent.dir);
     if (auto made = make_dir(dir); !made) return made.error();
     rg.dirs_.push_back(dir);
     rg.parent_dirs_.push_back(parent.dir);

@@ -8,6 +8,7 @@
 // the physical invariants of tests/support/invariants.hpp (no value above what its level could
 // use, per-core columns that add up, process <= user <= system, no rate over a sliver).
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -754,6 +755,40 @@ TEST(Accuracy, RunCgroupLetsADaemonLiveOn) {
     GTEST_SKIP() << "sonde could not make a cgroup here: " << process.dump();
   EXPECT_EQ(cg.find("sonde-run-"), std::string::npos) << cg;
   EXPECT_EQ(r.result.err.find("cannot remove the cgroup"), std::string::npos) << r.result.err;
+}
+
+// The group of a run whose sonde was killed (SIGKILL) stays behind, empty once its command
+// ended; the next `sonde run` below the same cgroup removes it (never one whose sonde lives).
+TEST(Accuracy, RunCgroupRemovesTheGroupsOfKilledRuns) {
+  if (::geteuid() != 0 || !fs::exists("/sys/fs/cgroup/cpuacct/cpuacct.usage"))
+    GTEST_SKIP() << "needs root and a cgroup v1 cpuacct hierarchy";
+  std::string parent;
+  for (std::istringstream in(read_file("/proc/self/cgroup")); std::getline(in, parent);) {
+    const auto a = parent.find(':'), b = parent.find(':', a + 1);
+    const std::string controllers = parent.substr(a + 1, b - a - 1);
+    if ((',' + controllers + ',').find(",cpuacct,") == std::string::npos) continue;
+    parent = "/sys/fs/cgroup/cpuacct" + parent.substr(b + 1);
+    break;
+  }
+  ASSERT_TRUE(fs::is_directory(parent)) << parent;
+  // A pid that is free: a child that has been reaped.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ::waitpid(gone, nullptr, 0);
+  const fs::path stale = fs::path(parent) / ("sonde-run-" + std::to_string(gone));
+  const fs::path alive = fs::path(parent) / ("sonde-run-" + std::to_string(::getpid()));
+  fs::create_directory(stale);
+  fs::create_directory(alive);
+  const fs::path dir = scratch_dir();
+  auto r = sonde_run(dir, {"--interval", "0.1", "--levels", "process,system"}, {"true"});
+  const bool stale_left = fs::exists(stale), alive_left = fs::exists(alive);
+  std::error_code ec;
+  fs::remove(stale, ec);
+  fs::remove(alive, ec);
+  ASSERT_EQ(r.result.status, 0) << r.result.describe();
+  EXPECT_FALSE(stale_left) << stale;
+  EXPECT_TRUE(alive_left) << "the group of a live pid was removed: " << alive;
 }
 
 // A CPU quota of `cpus` CPUs for one test (root; cgroup v1 `cpu` or v2 `cpu.max`).
