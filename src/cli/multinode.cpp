@@ -31,6 +31,7 @@
 #include "core/threads.hpp"
 #include "core/trust.hpp"
 #include "sinks/csv_run_dir.hpp"
+#include "sinks/multinode_csv.hpp"
 #include "sinks/multinode_sqlite.hpp"
 #include "sinks/sqlite.hpp"
 

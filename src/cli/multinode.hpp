@@ -1,7 +1,7 @@
 #pragma once
 // The multi-node head's process side (docs/multinode.md): the Slurm allocation it records, the
 // launcher (`${SONDE_SRUN:-srun} … sonde agent`) as a child process in its own process group
-// and the thread that reads its output into a multinode::Head (src/sinks/multinode.hpp).
+// and the thread that reads its output into a multinode::Head (src/core/multinode_head.hpp).
 #include <sys/types.h>
 
 #include <atomic>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "sinks/multinode.hpp"
+#include "core/multinode_head.hpp"
 #include "sinks/sink.hpp"
 
 namespace sonde::cli {

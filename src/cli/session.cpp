@@ -25,6 +25,7 @@
 #include "sinks/csv_run_dir.hpp"
 #include "sinks/format.hpp"
 #include "sinks/json_stream.hpp"
+#include "sinks/multinode_csv.hpp"
 #include "sinks/multinode_sqlite.hpp"
 #include "sinks/session_sinks.hpp"
 #include "sinks/sink.hpp"

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -132,6 +133,14 @@ bool write_all(int fd, std::string_view text) {
 bool is_plain_name(std::string_view name) {
   return !name.empty() && name != "." && name != ".." &&
          name.find_first_of(std::string_view("/\0", 2)) == std::string_view::npos;
+}
+
+std::string node_dir_name(std::string_view name) {
+  std::string s(name.substr(0, 200));
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  if (s.empty() || s == "." || s == "..") return {};
+  return s;
 }
 
 namespace {

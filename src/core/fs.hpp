@@ -92,4 +92,9 @@ bool write_all(int fd, std::string_view text);
 /// Whether `name` is a plain file name: not empty, not `.`/`..`, no `/` and no NUL.
 bool is_plain_name(std::string_view name);
 
+/// A node's name as the name of its directory (nodes/<node>/ of a multi-node run): at most 200
+/// bytes of it, [A-Za-z0-9._-] kept and every other byte replaced by '_'; "" when nothing usable
+/// is left ("", "." or "..").
+std::string node_dir_name(std::string_view name);
+
 }  // namespace sonde

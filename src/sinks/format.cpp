@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include <cctype>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -24,14 +23,6 @@ void append_time(std::string& out, double time_s, std::string_view nan_text) {
     return;
   }
   fmt::format_to(std::back_inserter(out), "{:.6f}", time_s);
-}
-
-std::string node_dir_name(std::string_view name) {
-  std::string s(name.substr(0, 200));
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
-  if (s.empty() || s == "." || s == "..") return {};
-  return s;
 }
 
 nlohmann::json columns_by_level_json(const Engine& engine) {

@@ -19,11 +19,6 @@ void append_number(std::string& out, double v, std::string_view nan_text);
 /// significant digits it resolved only 1 ms after 116 days, while intervals go down to 1 ms).
 void append_time(std::string& out, double time_s, std::string_view nan_text);
 
-/// A node's name as the name of its directory (nodes/<node>/ of a multi-node run): at most 200
-/// bytes of it, [A-Za-z0-9._-] kept and every other byte replaced by '_'; "" when nothing usable
-/// is left ("", "." or "..").
-std::string node_dir_name(std::string_view name);
-
 /// {"process": ["cpu_util_0", …], …} for the active levels (without time/wallclock).
 nlohmann::json columns_by_level_json(const Engine& engine);
 

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/multinode_store.hpp"
 #include "core/result.hpp"
-#include "sinks/multinode.hpp"
 #include "sinks/sqlite_writer.hpp"
 
 namespace sonde::multinode {

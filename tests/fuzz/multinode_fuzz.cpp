@@ -1,4 +1,4 @@
-// Fuzz target: the multi-node head's side of the agents' lines (src/sinks/multinode.hpp). The
+// Fuzz target: the multi-node head's side of the agents' lines (src/core/multinode_head.hpp). The
 // input is the launcher's stdout (labeled lines, "K: {...}"): each line goes through
 // Head::on_line of a head expecting 3 tasks, with a tick of the head's grid every few lines and
 // finish() at the end, into an in-memory store; the same bytes are also fed to a LineAssembler in
@@ -19,8 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/clock.hpp"
+#include "core/multinode_head.hpp"
 #include "fuzz_common.hpp"
-#include "sinks/multinode.hpp"
 
 using sonde::fuzz::check;
 namespace mn = sonde::multinode;

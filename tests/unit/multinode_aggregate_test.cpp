@@ -10,7 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "sinks/multinode.hpp"
+#include "core/multinode_aggregate.hpp"
+#include "core/multinode_head.hpp"
 
 namespace sonde::multinode {
 namespace {

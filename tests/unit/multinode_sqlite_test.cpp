@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/multinode_head.hpp"
 #include "core/summary.hpp"
 #include "sinks/multinode_sqlite.hpp"
 #include "sinks/run_data.hpp"
