@@ -181,7 +181,7 @@ class Monitor {
   }
 
   /// Summary of the rows buffered so far (the whole session or a wallclock window), computed by
-  /// summarize_run (src/core/summary.cpp), the code `sonde report` uses.
+  /// summarize_run (src/core/stored_summary.cpp), the code `sonde report` uses.
   py::object summarize(std::optional<std::pair<double, double>> window,
                        const std::vector<std::tuple<int, double, double, std::string>>& cells) {
 #ifdef SONDE_HAVE_RUN_DATA
@@ -197,7 +197,7 @@ class Monitor {
 #else
     (void)window;
     (void)cells;
-    throw py::type_error("this build has no summarize_run (src/core/summary.cpp)");
+    throw py::type_error("this build has no summarize_run (src/core/stored_summary.cpp)");
 #endif
   }
 
@@ -410,7 +410,7 @@ py::object summarize_dir(const std::string& dir, std::optional<std::pair<double,
   (void)dir;
   (void)window;
   (void)node;
-  throw py::type_error("this build has no summarize_run (src/core/summary.cpp)");
+  throw py::type_error("this build has no summarize_run (src/core/stored_summary.cpp)");
 #else
   nlohmann::json result;
   {

@@ -138,8 +138,8 @@ class Monitor:
         return {lvl: self.samples(lvl) for lvl in self.levels}
 
     def summarize(self, window=None, cells=()):
-        """sonde's summary (src/core/summary.cpp summarize_run) of the rows so far, or of the
-        rows whose wallclock lies in `window` = (start, end)."""
+        """sonde's summary (src/core/stored_summary.cpp summarize_run) of the rows so far, or of
+        the rows whose wallclock lies in `window` = (start, end)."""
         return self._m.summarize(window, [(c.index, c.start_wallclock, c.end_wallclock, c.code)
                                           for c in cells])
 

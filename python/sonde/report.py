@@ -1,7 +1,7 @@
 """Per-cell and per-session reports: the summary table of `sonde report` (metric groups with mean,
 min, max and limit, then totals) for one level, and its bottleneck tags, as text or HTML.
 
-The figures come from sonde's C++ summarize_run (src/core/summary.cpp, the code behind
+The figures come from sonde's C++ summarize_run (src/core/stored_summary.cpp, the code behind
 `sonde report`) through the extension; `summarize_py` below is the same computation in Python
 for a build without it (cpu-bound: mean CPU >= 70 % of the CPUs available at the level;
 memory-bound: peak memory >= 80 % of the level's limit; gpu-util-bound: mean GPU utilisation
@@ -46,7 +46,7 @@ def _group(st, scale, limit, unit):
 
 
 def summarize_py(frames, manifest, window=None):
-    """summarize_run (src/core/summary.cpp) in Python, same keys and rules, for builds of the
+    """summarize_run (src/core/stored_summary.cpp) in Python, same keys and rules, for builds of the
     extension without it. `frames`: {level: DataFrame with time, wallclock, columns}."""
     node = manifest.get("node_info") or {}
     interval = float(manifest.get("interval") or float("nan"))

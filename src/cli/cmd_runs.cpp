@@ -12,6 +12,7 @@
 #include "cli/commands.hpp"
 #include "core/fs.hpp"
 #include "core/json_text.hpp"
+#include "core/stored_summary.hpp"
 #include "sinks/sqlite.hpp"
 
 namespace sonde::cli {

@@ -15,6 +15,7 @@
 #include "core/multinode_aggregate.hpp"
 #include "core/multinode_checks.hpp"
 #include "core/nan.hpp"
+#include "core/stored_summary.hpp"
 #include "core/summary.hpp"
 
 namespace sonde::multinode {

@@ -11,7 +11,7 @@
 
 #include "core/engine.hpp"
 #include "core/fs.hpp"
-#include "core/summary.hpp"
+#include "core/live_summary.hpp"
 #include "sinks/run_csv.hpp"
 
 namespace sonde {

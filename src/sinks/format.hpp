@@ -8,7 +8,7 @@
 
 #include "core/engine.hpp"
 #include "core/fs.hpp"
-#include "core/summary.hpp"
+#include "core/live_summary.hpp"
 
 namespace sonde {
 

@@ -13,9 +13,10 @@
 #include "core/level.hpp"
 #include "core/result.hpp"
 #include "core/stored_run.hpp"
-// Kept for the users of this header: summarize_run and level_num_cpus (core/summary.hpp), and
-// read_run, which opens a run directory, a zipped one or a SQLite run (sinks/run_reader.hpp).
-#include "core/summary.hpp"
+// Kept for the users of this header: summarize_run and level_num_cpus
+// (core/stored_summary.hpp), and read_run, which opens a run directory, a zipped one or a SQLite
+// run (sinks/run_reader.hpp).
+#include "core/stored_summary.hpp"
 #include "sinks/run_reader.hpp"
 
 namespace sonde {

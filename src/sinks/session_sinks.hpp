@@ -3,7 +3,7 @@
 // the JSON stream, and the running statistics the summary is computed from.
 #include <memory>
 
-#include "core/summary.hpp"
+#include "core/live_summary.hpp"
 #include "sinks/csv_run_dir.hpp"
 #include "sinks/sink.hpp"
 #include "sinks/sqlite.hpp"

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/engine.hpp"
+#include "core/live_summary.hpp"
 #include "core/sampler.hpp"
-#include "core/summary.hpp"
 
 namespace sonde {
 

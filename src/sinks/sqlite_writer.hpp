@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/engine.hpp"
+#include "core/live_summary.hpp"
 #include "core/result.hpp"
-#include "core/summary.hpp"
 #include "sinks/sqlite_db.hpp"
 
 namespace sonde {

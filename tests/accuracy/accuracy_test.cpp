@@ -22,7 +22,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/summary.hpp"
+#include "core/stored_summary.hpp"
 #include "sinks/run_reader.hpp"
 #include "support/run_helpers.hpp"
 

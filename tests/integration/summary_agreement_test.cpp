@@ -8,7 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/summary.hpp"
+#include "core/live_summary.hpp"
+#include "core/stored_summary.hpp"
 #include "sinks/run_reader.hpp"
 #include "support/run_helpers.hpp"
 

@@ -10,8 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/live_summary.hpp"
 #include "core/multinode_head.hpp"
-#include "core/summary.hpp"
+#include "core/stored_summary.hpp"
 #include "sinks/multinode_sqlite.hpp"
 #include "sinks/run_data.hpp"
 #include "sinks/sqlite.hpp"
