@@ -59,11 +59,13 @@ struct SessionOptions {
   bool system_only = false;          ///< record --system
   std::optional<double> duration_s;  ///< record --duration
   int stream_protocol = 2;           ///< stream --protocol: 2 (current) or 1 (JUmPER's older)
-  bool slurm = false;                ///< run --slurm: every node of the allocation (multinode.hpp)
-  std::string slurm_job;             ///< record --slurm-job ID
-  bool no_cgroup = false;            ///< run --no-cgroup: the process level from /proc only
+  bool slurm = false;      ///< run --slurm: every node of the allocation (multinode_launcher.hpp)
+  std::string slurm_job;   ///< record --slurm-job ID
+  bool no_cgroup = false;  ///< run --no-cgroup: the process level from /proc only
 };
 int run_session(const CommonOptions& common, const SessionOptions& session);
+/// `sonde record --slurm-job ID` (src/cli/cmd_record_slurm.cpp).
+int run_multinode_record(const CommonOptions& common, const SessionOptions& so);
 
 /// `sonde agent` (src/cli/cmd_agent.cpp): one node of a multi-node run.
 struct AgentOptions {

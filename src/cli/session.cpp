@@ -14,7 +14,8 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
-#include "cli/multinode.hpp"
+#include "cli/multinode_launcher.hpp"
+#include "cli/slurm_queries.hpp"
 #include "core/cgroup.hpp"
 #include "core/engine.hpp"
 #include "core/helper_children.hpp"

@@ -1,38 +1,25 @@
 #pragma once
-// The multi-node head's process side (docs/multinode.md): the Slurm allocation it records, the
-// launcher (`${SONDE_SRUN:-srun} … sonde agent`) as a child process in its own process group
-// and the thread that reads its output into a multinode::Head (src/core/multinode_head.hpp).
+// The multi-node head's process side (docs/multinode.md): the launcher (`${SONDE_SRUN:-srun} …
+// sonde agent`) as a child process in its own process group, the thread that reads its output
+// into a multinode::Head (src/core/multinode_head.hpp), and the sink that ticks the head.
+#include <signal.h>
 #include <sys/types.h>
 
 #include <atomic>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <variant>
 #include <vector>
 
-#include "cli/commands.hpp"
+#include "cli/slurm_queries.hpp"
+#include "core/fs.hpp"
+#include "core/level.hpp"
 #include "core/multinode_head.hpp"
 #include "sinks/sink.hpp"
 
 namespace sonde::cli {
 
-struct SlurmAllocation {
-  std::string job;
-  int nodes = 0;
-  std::vector<std::string> hostnames;  ///< in task order, when scontrol could tell
-  std::string user;
-};
-
-/// `run --slurm`: the allocation sonde runs in (SLURM_JOB_ID, SLURM_JOB_NUM_NODES/SLURM_NNODES),
-/// or the exit status (2, the error printed).
-std::variant<SlurmAllocation, int> allocation_from_environment();
-/// `record --slurm-job ID`: a running job of the caller's (root: anyone's), from
-/// `squeue -j ID -h -o '%N %u %T'` and `scontrol show hostnames`, or 2 (the error printed).
-std::variant<SlurmAllocation, int> allocation_of_job(const std::string& job);
-/// The launcher's program (${SONDE_SRUN:-srun}) as found on PATH, or 2 (the error printed).
-std::variant<std::string, int> find_launcher(const char* what);
 /// The agents' levels (slurm, system) and the head's own (process, user) from --levels.
 struct LevelSplit {
   std::vector<Level> agents, local;
@@ -76,8 +63,5 @@ bool wait_for_agents(multinode::Head& head, int signal_fd, double timeout_s);
 
 /// The Sink that places the agents' rows on the head's grid at every tick of the head's run.
 std::unique_ptr<Sink> make_head_sink(multinode::Head& head);
-
-/// `sonde record --slurm-job ID`.
-int run_multinode_record(const CommonOptions& common, const SessionOptions& so);
 
 }  // namespace sonde::cli
