@@ -1,5 +1,5 @@
 // `sonde report --prometheus URL --job ID` and `sonde jobstats ID --prometheus URL`: a Slurm job
-// from the fleet's Prometheus (src/views/prom_job.hpp), with basic auth or a bearer token.
+// from the fleet's Prometheus (src/views/prom_job*.hpp), with basic auth or a bearer token.
 #include <unistd.h>
 
 #include <chrono>
@@ -17,7 +17,10 @@
 #include "http/client.hpp"
 #include "http/prometheus_api.hpp"
 #include "sinks/run_data.hpp"
+#include "views/admin_comment.hpp"
 #include "views/prom_job.hpp"
+#include "views/prom_job_run.hpp"
+#include "views/prom_jobstats.hpp"
 #include "views/report.hpp"
 
 namespace sonde::cli {

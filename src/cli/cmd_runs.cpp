@@ -2,7 +2,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -13,19 +12,11 @@
 #include "core/fs.hpp"
 #include "core/json_text.hpp"
 #include "core/stored_summary.hpp"
+#include "core/time_text.hpp"
 #include "sinks/sqlite.hpp"
 
 namespace sonde::cli {
 namespace {
-
-std::string local_time(double wallclock) {
-  const auto t = static_cast<std::time_t>(wallclock);
-  std::tm tm{};
-  ::localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
 
 std::string duration_text(double s) {
   if (!(s >= 0)) return "-";
@@ -113,7 +104,7 @@ int cmd_runs(const RunsOptions& o) {
       const double end = r.end_wallclock.value_or(r.last_wallclock.value_or(r.start_wallclock));
       std::cout << fmt::format(
           "{:>4}  {:<19}  {:>9}  {:>6}  {:>4}  {:<8}  {:>5}  {}\n", r.id,
-          local_time(r.start_wallclock), duration_text(end - r.start_wallclock), r.ticks,
+          calendar_time(r.start_wallclock, false), duration_text(end - r.start_wallclock), r.ticks,
           r.exit_status ? std::to_string(*r.exit_status) : "-", r.complete ? "yes" : "no",
           r.nodes.empty() ? std::size_t{1} : r.nodes.size(), command_text(r.command));
     }

@@ -49,26 +49,4 @@ struct JobWindow {
 /// An error names the query and Prometheus' URL; a job without series is Errc::unavailable.
 Result<JobWindow> find_job(Api& api, const JobQuery& q);
 
-/// The job's efficiency (docs/prometheus.md, "sonde jobstats"), as JSON.
-Result<nlohmann::json> job_stats(Api& api, const JobWindow& w);
-/// The same as a compact table for a terminal.
-std::string job_stats_text(const nlohmann::json& stats);
-/// The stats packed for Slurm's AdminComment (share/sonde/slurm/epilog-jobstats.sh):
-/// `SONDE1:` + base64(gzip(compact JSON)), at most `max_bytes` long. When longer, the per-GPU
-/// lists are left out, then the nodes (`nodes_omitted` says how many); the overall figures stay.
-/// "" when even those do not fit.
-std::string admin_comment(const nlohmann::json& stats, std::size_t max_bytes);
-
-/// Writes the job as a multi-node run directory into `dir` (created; must not exist or be
-/// empty): manifest.json with `multinode` and `nodes`, the aggregate perf_slurm.csv and
-/// perf_system.csv, and nodes/<node>/perf_<level>.csv. `step`: the query step (0: chosen: never
-/// finer than the scrape interval, at most `max_points` points per series and about 1,000,000
-/// samples per query, i.e. 1,000 points per series for a 1,000-node job).
-struct RunOptions {
-  double step = 0;
-  int max_points = 11000;
-};
-Result<void> write_job_run(Api& api, const JobWindow& w, const std::string& dir,
-                           const RunOptions& options);
-
 }  // namespace sonde::promq

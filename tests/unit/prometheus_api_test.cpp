@@ -1,6 +1,6 @@
 // The Prometheus API client of the report commands (src/http/prometheus_api.*, client.*) on
 // responses captured from a real Prometheus 2.42 (tests/fixtures/prometheus/), and the job
-// statistics' text (src/views/prom_job.*).
+// statistics' text (src/views/prom_jobstats.*).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -12,7 +12,7 @@
 
 #include "http/client.hpp"
 #include "http/prometheus_api.hpp"
-#include "views/prom_job.hpp"
+#include "views/prom_jobstats.hpp"
 
 namespace {
 using namespace sonde;
