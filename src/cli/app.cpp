@@ -41,7 +41,7 @@ std::unique_ptr<Engine> engine_for_shell(const Config& cfg, const Registry& regi
   auto engine = Engine::create(cfg, eo, registry);
   if (!engine) {
     print_error(engine.error().message);
-    exit_status = engine.error().code == Errc::config ? kExitUsage : kExitFailure;
+    exit_status = error_exit_status(engine.error());
     return nullptr;
   }
   return std::move(*engine);

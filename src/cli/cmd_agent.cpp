@@ -74,9 +74,7 @@ int cmd_agent(const CommonOptions& common, const AgentOptions& agent) {
   SignalGuard signals(/*with_sigchld=*/false);
   const Registry registry = make_registry();
   auto engine_r = Engine::create(*cfg, eo, registry);
-  if (!engine_r)
-    return fail(engine_r.error().message,
-                engine_r.error().code == Errc::config ? kExitUsage : kExitFailure);
+  if (!engine_r) return fail(engine_r.error().message, error_exit_status(engine_r.error()));
   Engine& engine = **engine_r;
 
   AgentIdentity id;

@@ -126,7 +126,7 @@ std::optional<promq::JobWindow> find(promq::Api& api, const PrometheusOptions& o
   auto w = promq::find_job(api, q);
   if (!w) {
     print_error(w.error().message);
-    status = w.error().code == Errc::config ? kExitUsage : kExitFailure;
+    status = error_exit_status(w.error());
     return std::nullopt;
   }
   return *w;
@@ -206,7 +206,7 @@ int cmd_report_prometheus(const PrometheusOptions& o, const std::string& output,
   ro.step = step;
   if (auto ok = promq::write_job_run(*api, *w, dir, ro); !ok) {
     print_error(ok.error().message);
-    return ok.error().code == Errc::config ? kExitUsage : kExitFailure;
+    return error_exit_status(ok.error());
   }
   if (o.costs) print_costs(*api);
   auto run = read_run(dir);
@@ -221,7 +221,7 @@ int cmd_report_prometheus(const PrometheusOptions& o, const std::string& output,
   options.compress = compress;
   if (auto ok = write_report(*run, options, out); !ok) {
     print_error(ok.error().message);
-    return ok.error().code == Errc::config ? kExitUsage : kExitFailure;
+    return error_exit_status(ok.error());
   }
   if (!run_dir.empty()) std::cerr << "sonde: run directory written to " << run_dir << "\n";
   std::cerr << fmt::format("sonde: report of job {} ({} node(s)) written to {}\n", w->job,

@@ -76,7 +76,7 @@ int write_run_report(const std::string& run_spec, const std::string& output,
     print_error(ok.error().code == Errc::config && output.empty()
                     ? ok.error().message + " (choose where the report goes with -o FILE)"
                     : ok.error().message);
-    return ok.error().code == Errc::config ? kExitUsage : kExitFailure;
+    return error_exit_status(ok.error());
   }
   std::cerr << "sonde: report written to " << out << "\n";
   return kExitOk;

@@ -47,7 +47,7 @@ std::string command_text(const std::vector<std::string>& command) {
 
 int fail(const Error& e) {
   print_error(e.message);
-  return e.code == Errc::config ? kExitUsage : kExitFailure;
+  return error_exit_status(e);
 }
 
 }  // namespace

@@ -166,7 +166,7 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   auto engine_r = Engine::create(*cfg, eo, registry);
   if (!engine_r) {
     print_error(engine_r.error().message);
-    return engine_r.error().code == Errc::config ? kExitUsage : kExitFailure;
+    return error_exit_status(engine_r.error());
   }
   Engine& engine = **engine_r;
 

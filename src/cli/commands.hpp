@@ -39,6 +39,11 @@ struct CommonOptions {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;  ///< malformed configuration or flags; nothing was started
+/// The exit status for an error that ends a command: kExitUsage for a configuration error
+/// (Errc::config), else kExitFailure.
+inline int error_exit_status(const Error& e) {
+  return e.code == Errc::config ? kExitUsage : kExitFailure;
+}
 
 /// Loads the layered configuration and applies the flags; prints the error and returns nullopt
 /// on bad input.

@@ -69,7 +69,7 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
         !common.out.empty() ? common.out : default_sqlite_path(cfg.out_dir), engine, meta);
     if (!sink) {
       print_error(sink.error().message);
-      return sink.error().code == Errc::config ? kExitUsage : kExitFailure;
+      return error_exit_status(sink.error());
     }
     if (sqlite) *sqlite = sink->get();
     sinks.add(make_sqlite_sink(std::move(*sink)));
@@ -80,7 +80,7 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
   auto sink = RunDirSink::create(dir, engine, meta);
   if (!sink) {
     print_error(sink.error().message);
-    return sink.error().code == Errc::config ? kExitUsage : kExitFailure;
+    return error_exit_status(sink.error());
   }
   if (run_dir) *run_dir = sink->get();
   sinks.add(make_run_dir_sink(std::move(*sink)));
@@ -221,9 +221,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   SignalGuard signals(/*with_sigchld=*/true);
   const Registry registry = make_registry();
   auto engine_r = Engine::create(*cfg, eo, registry);
-  if (!engine_r)
-    return fail(engine_r.error().message,
-                engine_r.error().code == Errc::config ? kExitUsage : kExitFailure);
+  if (!engine_r) return fail(engine_r.error().message, error_exit_status(engine_r.error()));
   Engine& engine = **engine_r;
 
   RunStats stats(engine);

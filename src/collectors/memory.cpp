@@ -23,9 +23,7 @@ class MemoryCollector final : public Collector {
       : path_(roots.proc + "/meminfo"), warn_(std::move(warn)), note_(std::move(note)) {}
 
   Result<void> setup() override {
-    auto text = read_file(path_);
-    if (!text) return text.error();
-    auto info = procfs::parse_meminfo(*text);
+    auto info = read_meminfo();
     if (!info) return info.error();
     if (!info->total_bytes || !info->available_bytes)
       return make_error(Errc::unavailable, path_ + ": no MemTotal/MemAvailable");
@@ -59,9 +57,7 @@ class MemoryCollector final : public Collector {
       }
       return RawValue(Scalar{static_cast<double>(pss) / kGiB});
     }
-    auto text = read_file(path_);
-    if (!text) return text.error();
-    auto info = procfs::parse_meminfo(*text);
+    auto info = read_meminfo();
     if (!info) return info.error();
     if (!info->total_bytes || !info->available_bytes)
       return make_error(Errc::parse, path_ + ": expected MemTotal and MemAvailable");
@@ -72,6 +68,12 @@ class MemoryCollector final : public Collector {
   }
 
  private:
+  Result<procfs::MemInfo> read_meminfo() const {
+    auto text = read_file(path_);
+    if (!text) return text.error();
+    return procfs::parse_meminfo(*text);
+  }
+
   std::string path_;
   std::function<void(const std::string&)> warn_, note_;
   std::array<bool, kNumLevels> warned_{};

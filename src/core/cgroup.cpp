@@ -197,14 +197,18 @@ Result<RunGroup> RunGroup::create(const Roots& roots, const std::string& name) {
     rg.procs_fds_.push_back(fd);
     return dir;
   };
+  // The group whose CPU time is the run's: `name` below `parent`, in a v1 or v2 hierarchy.
+  auto add_cpu = [&](const CgroupDir& parent, int version) -> Result<std::string> {
+    auto dir = add(parent);
+    if (!dir) return dir.error();
+    rg.group_.version = version;
+    rg.group_.path = (parent.cgroup_path == "/" ? "" : parent.cgroup_path) + "/" + name;
+    rg.group_.cpu_dir = *dir;
+    return dir;
+  };
   const auto cpuacct = cgroup_chain(roots, entries, mounts, false, "cpuacct");
   if (!cpuacct.empty()) {
-    auto dir = add(cpuacct.front());
-    if (!dir) return dir.error();
-    rg.group_.version = 1;
-    rg.group_.path =
-        (cpuacct.front().cgroup_path == "/" ? "" : cpuacct.front().cgroup_path) + "/" + name;
-    rg.group_.cpu_dir = *dir;
+    if (auto dir = add_cpu(cpuacct.front(), 1); !dir) return dir.error();
     // Memory is optional: without it the level's memory stays the Pss sum.
     const auto memory = cgroup_chain(roots, entries, mounts, false, "memory");
     if (!memory.empty())
@@ -215,12 +219,8 @@ Result<RunGroup> RunGroup::create(const Roots& roots, const std::string& name) {
   if (unified.empty())
     return make_error(Errc::unavailable,
                       "sonde is in no cpuacct (v1) or unified (v2) cgroup hierarchy it can see");
-  auto dir = add(unified.front());
+  auto dir = add_cpu(unified.front(), 2);
   if (!dir) return dir.error();
-  rg.group_.version = 2;
-  rg.group_.path =
-      (unified.front().cgroup_path == "/" ? "" : unified.front().cgroup_path) + "/" + name;
-  rg.group_.cpu_dir = *dir;
   if (::access((*dir + "/cpu.stat").c_str(), R_OK) != 0)
     return make_error(Errc::unavailable, fmt::format("{}/cpu.stat is not readable", *dir));
   // memory.stat exists only where the parent enabled the memory controller for its children.

@@ -325,9 +325,7 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
           if (e.level_mask || parent_member) pending_.push_back(pending_of(it->first, e));
         }
         mark_pss_stale(e.live_ppid);  // what it shared with its parent is the parent's alone
-        close_fd(e.stat_fd, fds_open_);
-        close_fd(e.statm_fd, fds_open_);
-        close_fd(e.io_fd, fds_open_);
+        close_files(e);
         it = entries_.erase(it);
       } else {
         ++it;
@@ -514,13 +512,7 @@ void ProcScanner::reap_own_zombies() {
                                   static_cast<double>(ru.ru_maxrss) * 1024.0};
     // Gone now: its parent (sonde) is no member, so nothing else counts it again.
     if (auto it = entries_.find(z.pid); it != entries_.end()) {
-      Entry& e = *it->second;
-      e.reported_reaped = true;
-      e.have_prev = false;
-      e.level_mask = 0;
-      close_fd(e.stat_fd, fds_open_);
-      close_fd(e.statm_fd, fds_open_);
-      close_fd(e.io_fd, fds_open_);
+      mark_gone(*it->second);
     }
     const double tail = tv_s(ru.ru_utime) + tv_s(ru.ru_stime) - z.known_cpu_s;
     if (tail <= 0) continue;
@@ -537,6 +529,19 @@ void ProcScanner::reap_own_zombies() {
 void ProcScanner::mark_pss_stale(int pid) {
   auto it = entries_.find(pid);
   if (it != entries_.end()) it->second->pss_stale = true;
+}
+
+void ProcScanner::close_files(Entry& e) {
+  close_fd(e.stat_fd, fds_open_);
+  close_fd(e.statm_fd, fds_open_);
+  close_fd(e.io_fd, fds_open_);
+}
+
+void ProcScanner::mark_gone(Entry& e) {
+  e.reported_reaped = true;
+  e.have_prev = false;
+  e.level_mask = 0;
+  close_files(e);
 }
 
 void ProcScanner::match_vanished() {
@@ -657,12 +662,7 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
     // reaped time is matched with its parent's growth.
     if (!e.reported_reaped) pending_.push_back(pending_of(pid, e));
     if (!e.reported_reaped) mark_pss_stale(e.live_ppid);
-    e.reported_reaped = true;
-    e.have_prev = false;
-    e.level_mask = 0;
-    close_fd(e.stat_fd, fds_open_);
-    close_fd(e.statm_fd, fds_open_);
-    close_fd(e.io_fd, fds_open_);
+    mark_gone(e);
     return false;
   };
   // /proc/<pid>/io first, then stat: a child reaped between the two reads shows in stat (where

@@ -228,6 +228,11 @@ class ProcScanner {
   std::array<double, kNumLevels> late_s_{};
   /// The next read of `pid` re-reads its Pss (a child of it appeared or went).
   void mark_pss_stale(int pid);
+  /// Closes the files kept open for `e`.
+  void close_files(Entry& e);
+  /// `e` is gone (reaped or vanished) but stays listed until the next listing misses it: reported
+  /// as reaped, no member, no previous read, its files closed.
+  void mark_gone(Entry& e);
 
   Roots roots_;
   TargetInfo target_;

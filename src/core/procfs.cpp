@@ -4,6 +4,7 @@
 #include <array>
 #include <charconv>
 #include <limits>
+#include <span>
 #include <system_error>
 
 namespace sonde::procfs {
@@ -34,12 +35,15 @@ std::string_view next_token(std::string_view& rest) {
   return tok;
 }
 
-// Next line of `rest` without its '\n', consuming it. Call only while `rest` is not empty.
-std::string_view next_line(std::string_view& rest) {
+// Next line of `rest` into `line`, without its '\n', consuming it and counting it in `line_no`
+// (the number the error messages give); false when no line is left.
+bool next_numbered_line(std::string_view& rest, std::string_view& line, int& line_no) {
+  if (rest.empty()) return false;
   const auto nl = rest.find('\n');
-  std::string_view line = rest.substr(0, nl);
+  line = rest.substr(0, nl);
   rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
-  return line;
+  ++line_no;
+  return true;
 }
 
 // Parses the whole of `s` as an integer; partial matches ("12ab") and overflow are failures.
@@ -67,6 +71,23 @@ std::string where_line(std::string_view file, int line) {
   return std::string(file) + ": line " + std::to_string(line) + ": ";
 }
 
+// Reads the numbers left in `rest` into `out`, in order, and returns how many tokens there were:
+// all of them, those past out.size() counted but not read. A token read that is not a number is an
+// error naming the line of `file`, its column (`first_column` for the first token) and the `row`
+// (the device, interface or cpu the line is about).
+Result<std::size_t> read_numbers(std::string_view rest, std::span<std::uint64_t> out,
+                                 std::string_view file, int line_no, std::size_t first_column,
+                                 std::string_view row) {
+  std::size_t n = 0;
+  for (std::string_view tok = next_token(rest); !tok.empty(); tok = next_token(rest), ++n) {
+    if (n < out.size() && !to_num(tok, out[n]))
+      return parse_error(where_line(file, line_no) + "expected a number in column " +
+                         std::to_string(n + first_column) + " of '" + std::string(row) +
+                         "', found " + quoted(tok));
+  }
+  return n;
+}
+
 /// The "key: value" lines of `file` (blank lines skipped), each handed to
 /// `f(line_no, key, rest, line)`: the key as written before the first colon, the rest after it. A
 /// line without a colon is an error that names the `form` expected. `f` returns an error to stop
@@ -75,9 +96,7 @@ template <typename F>
 Result<void> for_each_colon_line(std::string_view text, std::string_view file,
                                  std::string_view form, F&& f) {
   int line_no = 0;
-  while (!text.empty()) {
-    const std::string_view line = next_line(text);
-    ++line_no;
+  for (std::string_view line; next_numbered_line(text, line, line_no);) {
     if (trim(line).empty()) continue;
     const auto colon = line.find(':');
     if (colon == std::string_view::npos)
@@ -212,9 +231,7 @@ Result<PidSmapsRollup> parse_pid_smaps_rollup(std::string_view text) {
   PidSmapsRollup r;
   bool have_pss = false;
   int line_no = 0;
-  while (!text.empty()) {
-    const std::string_view line = next_line(text);
-    ++line_no;
+  for (std::string_view line; next_numbered_line(text, line, line_no);) {
     const auto colon = line.find(':');
     if (colon == std::string_view::npos) continue;
     const std::string_view key = line.substr(0, colon);
@@ -277,9 +294,7 @@ Result<PidStatus> parse_pid_status(std::string_view text) {
   PidStatus st;
   bool have_name = false, have_ppid = false, have_uid = false;
   int line_no = 0;
-  while (!text.empty()) {
-    const std::string_view line = next_line(text);
-    ++line_no;
+  for (std::string_view line; next_numbered_line(text, line, line_no);) {
     const auto colon = line.find(':');
     if (colon == std::string_view::npos) continue;
     const std::string_view key = line.substr(0, colon);
@@ -321,9 +336,7 @@ Result<ProcStat> parse_proc_stat(std::string_view text) {
   bool have_total = false;
   bool in_cpu_lines = false;
   int line_no = 0;
-  while (!text.empty()) {
-    const std::string_view line = next_line(text);
-    ++line_no;
+  for (std::string_view line; next_numbered_line(text, line, line_no);) {
     if (!starts_with(line, "cpu")) {
       // The cpu lines come first; the rest (intr alone can be thousands of numbers) is not ours.
       if (in_cpu_lines) break;
@@ -348,14 +361,11 @@ Result<ProcStat> parse_proc_stat(std::string_view text) {
     std::array<std::uint64_t*, 10> cols = {
         &times->user, &times->nice,    &times->system, &times->idle,  &times->iowait,
         &times->irq,  &times->softirq, &times->steal,  &times->guest, &times->guest_nice};
-    std::size_t n = 0;
-    for (std::string_view tok = next_token(rest); !tok.empty() && n < cols.size();
-         tok = next_token(rest), ++n) {
-      if (!to_num(tok, *cols[n]))
-        return parse_error(where_line("/proc/stat", line_no) + "expected a number in column " +
-                           std::to_string(n + 1) + " of '" + std::string(name) + "', found " +
-                           quoted(tok));
-    }
+    std::array<std::uint64_t, 10> v{};
+    const auto numbers = read_numbers(rest, v, "/proc/stat", line_no, 1, name);
+    if (!numbers) return numbers.error();
+    const std::size_t n = *numbers;
+    for (std::size_t i = 0; i < std::min(n, cols.size()); ++i) *cols[i] = v[i];
     if (n < 4)
       return parse_error(where_line("/proc/stat", line_no) +
                          "expected at least 4 numbers (user nice system idle) after '" +
@@ -429,9 +439,7 @@ Result<MemInfo> parse_meminfo(std::string_view text) {
 Result<std::vector<DiskStat>> parse_diskstats(std::string_view text) {
   std::vector<DiskStat> out;
   int line_no = 0;
-  while (!text.empty()) {
-    const std::string_view line = next_line(text);
-    ++line_no;
+  for (std::string_view line; next_numbered_line(text, line, line_no);) {
     std::string_view rest = line;
     const std::string_view major = next_token(rest);
     if (major.empty()) continue;
@@ -443,13 +451,9 @@ Result<std::vector<DiskStat>> parse_diskstats(std::string_view text) {
                          "expected 'major minor name stats...', found " + quoted(line));
     d.name.assign(name);
     std::array<std::uint64_t, 7> v{};
-    std::size_t n = 0;
-    for (std::string_view tok = next_token(rest); !tok.empty(); tok = next_token(rest), ++n) {
-      if (n < v.size() && !to_num(tok, v[n]))
-        return parse_error(where_line("/proc/diskstats", line_no) + "expected a number in column " +
-                           std::to_string(n + 4) + " of '" + std::string(name) + "', found " +
-                           quoted(tok));
-    }
+    const auto numbers = read_numbers(rest, v, "/proc/diskstats", line_no, 4, name);
+    if (!numbers) return numbers.error();
+    const std::size_t n = *numbers;
     if (n == 4) {
       // Partitions on kernels before 2.6.25: reads, sectors read, writes, sectors written.
       d.reads_completed = v[0];
@@ -474,9 +478,7 @@ Result<std::vector<DiskStat>> parse_diskstats(std::string_view text) {
 Result<std::vector<NetDev>> parse_net_dev(std::string_view text) {
   std::vector<NetDev> out;
   int line_no = 0;
-  while (!text.empty()) {
-    const std::string_view line = next_line(text);
-    ++line_no;
+  for (std::string_view line; next_numbered_line(text, line, line_no);) {
     // Only the two header lines contain '|'. The kernel forbids ':' in interface names, so the
     // first ':' ends the name even when a wide counter touches it ("eth0:123456789012").
     if (trim(line).empty() || line.find('|') != std::string_view::npos) continue;
@@ -488,13 +490,9 @@ Result<std::vector<NetDev>> parse_net_dev(std::string_view text) {
     d.iface.assign(trim(line.substr(0, colon)));
     std::string_view rest = line.substr(colon + 1);
     std::array<std::uint64_t, 10> v{};
-    std::size_t n = 0;
-    for (std::string_view tok = next_token(rest); !tok.empty() && n < v.size();
-         tok = next_token(rest), ++n) {
-      if (!to_num(tok, v[n]))
-        return parse_error(where_line("/proc/net/dev", line_no) + "expected a number in column " +
-                           std::to_string(n + 1) + " of '" + d.iface + "', found " + quoted(tok));
-    }
+    const auto numbers = read_numbers(rest, v, "/proc/net/dev", line_no, 1, d.iface);
+    if (!numbers) return numbers.error();
+    const std::size_t n = *numbers;
     if (n < v.size())
       return parse_error(where_line("/proc/net/dev", line_no) +
                          "expected at least 10 counters after '" + d.iface + ":', found " +
@@ -542,9 +540,7 @@ Result<std::vector<int>> parse_cpu_list(std::string_view text) {
 Result<std::vector<CgroupEntry>> parse_pid_cgroup(std::string_view text) {
   std::vector<CgroupEntry> out;
   int line_no = 0;
-  while (!text.empty()) {
-    const std::string_view line = next_line(text);
-    ++line_no;
+  for (std::string_view line; next_numbered_line(text, line, line_no);) {
     if (trim(line).empty()) continue;
     const auto c1 = line.find(':');
     const auto c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
@@ -575,9 +571,7 @@ Result<std::vector<CgroupMount>> parse_cgroup_mounts(std::string_view mountinfo_
   std::vector<CgroupMount> out;
   std::string_view text = mountinfo_text;
   int line_no = 0;
-  while (!text.empty()) {
-    const std::string_view line = next_line(text);
-    ++line_no;
+  for (std::string_view line; next_numbered_line(text, line, line_no);) {
     if (trim(line).empty()) continue;
     std::array<std::string_view, 6> head{};
     std::string_view rest = line;
@@ -655,9 +649,7 @@ Result<std::optional<std::uint64_t>> parse_memory_limit(std::string_view text) {
 Result<std::optional<std::uint64_t>> parse_limits_address_space(std::string_view text) {
   constexpr std::string_view kKey = "Max address space";
   int line_no = 0;
-  while (!text.empty()) {
-    const std::string_view line = next_line(text);
-    ++line_no;
+  for (std::string_view line; next_numbered_line(text, line, line_no);) {
     if (!starts_with(line, kKey)) continue;
     std::string_view rest = line.substr(kKey.size());
     const std::string_view soft = next_token(rest);

@@ -23,7 +23,6 @@ namespace {
 // level's columns are a JSON array in the order of `columns.position`: compact (no name per
 // value), written with one insert per level per tick, and queryable with json_extract/json_each
 // (the view sample_values gives the long form).
-// (the view sample_values gives the long form).
 constexpr const char* kSchema = R"sql(
 CREATE TABLE runs (
   id INTEGER PRIMARY KEY,
@@ -103,6 +102,17 @@ CREATE VIEW sample_values AS
     ON c.run_id = s.run_id AND c.node = s.node AND c.level = s.level;
 )sql";
 
+// Seconds from the environment variable `name` when it holds a number of them, at least 0 (above
+// 0 unless `zero_ok`), else `fallback`.
+double env_seconds(const char* name, double fallback, bool zero_ok) {
+  if (const char* t = std::getenv(name); t && *t) {
+    char* end = nullptr;
+    const double v = std::strtod(t, &end);
+    if (end && *end == '\0' && (zero_ok ? v >= 0 : v > 0)) return v;
+  }
+  return fallback;
+}
+
 }  // namespace
 
 bool is_sqlite_path(const std::string& out) {
@@ -114,23 +124,13 @@ bool is_sqlite_path(const std::string& out) {
 }
 
 double sqlite_busy_timeout_s() {
-  if (const char* t = std::getenv("SONDE_SQLITE_BUSY_TIMEOUT"); t && *t) {
-    char* end = nullptr;
-    const double v = std::strtod(t, &end);
-    if (end && *end == '\0' && v >= 0) return v;
-  }
-  return 5.0;
+  return env_seconds("SONDE_SQLITE_BUSY_TIMEOUT", 5.0, true);
 }
 
 /// How long reading another user's database may take, all statements together:
 /// $SONDE_SQLITE_READ_TIMEOUT seconds, 60 by default.
 double sqlite_read_timeout_s() {
-  if (const char* t = std::getenv("SONDE_SQLITE_READ_TIMEOUT"); t && *t) {
-    char* end = nullptr;
-    const double v = std::strtod(t, &end);
-    if (end && *end == '\0' && v > 0) return v;
-  }
-  return 60.0;
+  return env_seconds("SONDE_SQLITE_READ_TIMEOUT", 60.0, false);
 }
 
 /// The longest value (string or blob) sonde reads from a database: a manifest is at most 16 MiB,
@@ -152,16 +152,13 @@ SqliteDb::~SqliteDb() {
 
 Result<void> SqliteDb::check_read_schema() const {
   for (const char* table : {"runs", "columns", "samples"}) {
-    sqlite3_stmt* raw = nullptr;
-    const char* sql =
+    auto s = prepare(
         "SELECT type, coalesce(sql, ''), "
         "(SELECT count(*) FROM pragma_table_xinfo(?1) WHERE hidden != 0) "
-        "FROM sqlite_schema WHERE name = ?1";
-    if (sqlite3_prepare_v2(db_, sql, -1, &raw, nullptr) != SQLITE_OK) {
-      sqlite3_finalize(raw);
-      return make_error(Errc::io, error_text("cannot read the schema"));
-    }
-    SqliteStmt s(raw);
+        "FROM sqlite_schema WHERE name = ?1",
+        "cannot read the schema");
+    if (!s) return s.error();
+    sqlite3_stmt* raw = s->get();
     sqlite3_bind_text(raw, 1, table, -1, SQLITE_STATIC);
     const int rc = sqlite3_step(raw);
     if (rc == SQLITE_DONE) continue;  // an older or empty database: the queries say so
@@ -209,6 +206,17 @@ Result<void> SqliteDb::exec(const std::string& sql) {
     return make_error(Errc::io, error_text("cannot run '" + sql.substr(0, 40) + "'"));
   }
   return {};
+}
+
+Result<SqliteStmt> SqliteDb::prepare(const char* sql, const std::string& what,
+                                     unsigned flags) const {
+  sqlite3_stmt* raw = nullptr;
+  // With no flags, sqlite3_prepare_v3 is sqlite3_prepare_v2.
+  if (sqlite3_prepare_v3(db_, sql, -1, flags, &raw, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(raw);
+    return make_error(Errc::io, error_text(what));
+  }
+  return SqliteStmt(raw);
 }
 
 Result<std::unique_ptr<SqliteDb>> SqliteDb::open(const std::string& path, Mode mode) {
@@ -306,31 +314,24 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::open(const std::string& path, Mode m
   // What is in the file: another program's database, or a newer sonde's, is left untouched.
   auto probe = [&](std::int64_t& app_id, std::int64_t& version,
                    std::int64_t& tables) -> Result<void> {
-    sqlite3_stmt* raw = nullptr;
-    const char* sql =
+    // Another file than a database fails the prepare or the step (SQLITE_NOTADB).
+    auto fail = [&](int code) -> Error {
+      if ((code & 0xff) == SQLITE_NOTADB)
+        return make_error(Errc::config,
+                          fmt::format("{} is not a SQLite database (give a .sqlite file written "
+                                      "by sonde, or a new file name)",
+                                      path));
+      return make_error(Errc::io, d->error_text("cannot read"));
+    };
+    auto s = d->prepare(
         "SELECT (SELECT application_id FROM pragma_application_id), "
         "(SELECT user_version FROM pragma_user_version), "
-        "(SELECT count(*) FROM sqlite_schema)";
-    if (sqlite3_prepare_v2(d->db_, sql, -1, &raw, nullptr) != SQLITE_OK) {
-      sqlite3_finalize(raw);
-      const int code = sqlite3_extended_errcode(d->db_) & 0xff;
-      if (code == SQLITE_NOTADB)
-        return make_error(Errc::config,
-                          fmt::format("{} is not a SQLite database (give a .sqlite file written "
-                                      "by sonde, or a new file name)",
-                                      path));
-      return make_error(Errc::io, d->error_text("cannot read"));
-    }
-    SqliteStmt s(raw);
+        "(SELECT count(*) FROM sqlite_schema)",
+        "cannot read");
+    if (!s) return fail(sqlite3_extended_errcode(d->db_));
+    sqlite3_stmt* raw = s->get();
     const int step = sqlite3_step(raw);
-    if (step != SQLITE_ROW) {
-      if ((step & 0xff) == SQLITE_NOTADB)
-        return make_error(Errc::config,
-                          fmt::format("{} is not a SQLite database (give a .sqlite file written "
-                                      "by sonde, or a new file name)",
-                                      path));
-      return make_error(Errc::io, d->error_text("cannot read"));
-    }
+    if (step != SQLITE_ROW) return fail(step);
     app_id = sqlite3_column_int64(raw, 0);
     version = sqlite3_column_int64(raw, 1);
     tables = sqlite3_column_int64(raw, 2);
@@ -370,13 +371,9 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::open(const std::string& path, Mode m
   // WAL: readers and several writers share the file; a commit is one append to the WAL, which
   // survives a crash of the process (synchronous=NORMAL syncs at checkpoints).
   if (version == 0) {
-    sqlite3_stmt* raw = nullptr;
-    if (sqlite3_prepare_v2(d->db_, "PRAGMA journal_mode=WAL", -1, &raw, nullptr) != SQLITE_OK) {
-      sqlite3_finalize(raw);
-      return make_error(Errc::io, d->error_text("cannot switch to WAL mode"));
-    }
-    SqliteStmt s(raw);
-    if (sqlite3_step(raw) != SQLITE_ROW)
+    auto s = d->prepare("PRAGMA journal_mode=WAL", "cannot switch to WAL mode");
+    if (!s) return s.error();
+    if (sqlite3_step(s->get()) != SQLITE_ROW)
       return make_error(Errc::io, d->error_text("cannot switch to WAL mode"));
   }
   if (auto ok = d->exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON"); !ok)

@@ -27,6 +27,22 @@ bool is_sqlite_path(const std::string& out);
 /// $SONDE_SQLITE_BUSY_TIMEOUT (seconds) when set.
 double sqlite_busy_timeout_s();
 
+/// A prepared statement (RAII).
+class SqliteStmt {
+ public:
+  SqliteStmt() = default;
+  SqliteStmt(sqlite3_stmt* s) : s_(s) {}  // NOLINT(google-explicit-constructor)
+  ~SqliteStmt() { sqlite3_finalize(s_); }
+  SqliteStmt(SqliteStmt&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+  SqliteStmt& operator=(SqliteStmt&& o) noexcept;
+  SqliteStmt(const SqliteStmt&) = delete;
+  SqliteStmt& operator=(const SqliteStmt&) = delete;
+  sqlite3_stmt* get() const { return s_; }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+};
+
 /// An open connection (RAII). Errors name the file.
 class SqliteDb {
  public:
@@ -44,6 +60,8 @@ class SqliteDb {
   std::string error_text(const std::string& what) const;
   /// Runs SQL without results.
   Result<void> exec(const std::string& sql);
+  /// Prepares one statement (`flags`: SQLITE_PREPARE_*); an error (Errc::io) is error_text(what).
+  Result<SqliteStmt> prepare(const char* sql, const std::string& what, unsigned flags = 0) const;
   /// The file's schema version (after migration, for a write connection).
   int schema_version() const { return version_; }
 
@@ -58,22 +76,6 @@ class SqliteDb {
   /// Another user's database: every statement stops at this monotonic time (progress handler).
   double read_deadline_ = 0;
   mutable bool timed_out_ = false;
-};
-
-/// A prepared statement (RAII).
-class SqliteStmt {
- public:
-  SqliteStmt() = default;
-  SqliteStmt(sqlite3_stmt* s) : s_(s) {}  // NOLINT(google-explicit-constructor)
-  ~SqliteStmt() { sqlite3_finalize(s_); }
-  SqliteStmt(SqliteStmt&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
-  SqliteStmt& operator=(SqliteStmt&& o) noexcept;
-  SqliteStmt(const SqliteStmt&) = delete;
-  SqliteStmt& operator=(const SqliteStmt&) = delete;
-  sqlite3_stmt* get() const { return s_; }
-
- private:
-  sqlite3_stmt* s_ = nullptr;
 };
 
 }  // namespace sonde

@@ -33,12 +33,7 @@ Result<std::pair<std::string, std::optional<std::int64_t>>> parse_sqlite_locatio
 
 namespace {
 Result<SqliteStmt> prepare_read(const SqliteDb& db, const char* sql) {
-  sqlite3_stmt* raw = nullptr;
-  if (sqlite3_prepare_v2(db.handle(), sql, -1, &raw, nullptr) != SQLITE_OK) {
-    sqlite3_finalize(raw);
-    return make_error(Errc::io, db.error_text("cannot read"));
-  }
-  return SqliteStmt(raw);
+  return db.prepare(sql, "cannot read");
 }
 }  // namespace
 

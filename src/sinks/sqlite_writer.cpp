@@ -44,12 +44,9 @@ Result<std::unique_ptr<SqliteSink>> SqliteSink::create(
   s->manifest_ = std::move(manifest);
   sqlite3* h = s->db_->handle();
   auto prepare = [&](const char* sql, SqliteStmt& out) -> Result<void> {
-    sqlite3_stmt* raw = nullptr;
-    if (sqlite3_prepare_v3(h, sql, -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr) != SQLITE_OK) {
-      sqlite3_finalize(raw);
-      return make_error(Errc::io, s->db_->error_text("cannot prepare a statement"));
-    }
-    out = SqliteStmt(raw);
+    auto stmt = s->db_->prepare(sql, "cannot prepare a statement", SQLITE_PREPARE_PERSISTENT);
+    if (!stmt) return stmt.error();
+    out = std::move(*stmt);
     return {};
   };
   SqliteStmt insert_run, insert_column;
@@ -232,16 +229,11 @@ Result<void> SqliteSink::add_node(const std::string& node,
   if (failed_) return make_error(Errc::io, fmt::format("{}: the run's writes failed", db_->path()));
   // Rows queued before (other nodes' first rows) go first: one transaction at a time.
   (void)flush();
-  SqliteStmt ins;
-  sqlite3_stmt* raw = nullptr;
-  if (sqlite3_prepare_v2(db_->handle(),
-                         "INSERT INTO columns (run_id, node, level, position, name) VALUES (?, ?, "
-                         "?, ?, ?)",
-                         -1, &raw, nullptr) != SQLITE_OK) {
-    sqlite3_finalize(raw);
-    return make_error(Errc::io, db_->error_text("cannot add a node"));
-  }
-  ins = SqliteStmt(raw);
+  auto ins = db_->prepare(
+      "INSERT INTO columns (run_id, node, level, position, name) VALUES (?, ?, ?, ?, ?)",
+      "cannot add a node");
+  if (!ins) return ins.error();
+  sqlite3_stmt* raw = ins->get();
   if (sqlite3_step(begin_.get()) != SQLITE_DONE) {
     sqlite3_reset(begin_.get());
     return make_error(Errc::io, db_->error_text("cannot add a node"));
@@ -313,15 +305,12 @@ void SqliteSink::end_tick() {
 }
 
 void SqliteSink::store_manifest() {
-  SqliteStmt upd;
-  sqlite3_stmt* raw = nullptr;
-  if (sqlite3_prepare_v2(db_->handle(), "UPDATE runs SET manifest = ? WHERE id = ?", -1, &raw,
-                         nullptr) != SQLITE_OK) {
-    sqlite3_finalize(raw);
-    std::cerr << "sonde: error: " << db_->error_text("cannot update the run") << "\n";
+  auto upd = db_->prepare("UPDATE runs SET manifest = ? WHERE id = ?", "cannot update the run");
+  if (!upd) {
+    std::cerr << "sonde: error: " << upd.error().message << "\n";
     return;
   }
-  upd = SqliteStmt(raw);
+  sqlite3_stmt* raw = upd->get();
   bind_text(raw, 1, json_text(manifest_));
   sqlite3_bind_int64(raw, 2, run_id_);
   if (sqlite3_step(raw) != SQLITE_DONE)
@@ -340,16 +329,15 @@ void SqliteSink::finish(const RunOutcome& outcome, const nlohmann::json& summary
   if (!flush() && !failed_) report_failure("cannot write the last ticks");
   const double end = wallclock_now();
   set_manifest_end(manifest_, end, outcome, !failed_, summary, ticks, ticks_missed);
-  sqlite3_stmt* raw = nullptr;
-  if (sqlite3_prepare_v2(db_->handle(),
-                         "UPDATE runs SET end_wallclock = ?, exit_status = ?, complete = ?, "
-                         "ticks = ?, manifest = ?, summary = ? WHERE id = ?",
-                         -1, &raw, nullptr) != SQLITE_OK) {
-    sqlite3_finalize(raw);
-    std::cerr << "sonde: error: " << db_->error_text("cannot finish the run") << "\n";
+  auto upd = db_->prepare(
+      "UPDATE runs SET end_wallclock = ?, exit_status = ?, complete = ?, ticks = ?, manifest = ?, "
+      "summary = ? WHERE id = ?",
+      "cannot finish the run");
+  if (!upd) {
+    std::cerr << "sonde: error: " << upd.error().message << "\n";
     return;
   }
-  SqliteStmt upd(raw);
+  sqlite3_stmt* raw = upd->get();
   sqlite3_bind_double(raw, 1, end);
   if (outcome.exit_status)
     sqlite3_bind_int(raw, 2, *outcome.exit_status);
