@@ -71,7 +71,7 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
     auto st = multinode::make_sqlite_store(dir, manifest);
     if (!st) {
       print_error(st.error().message);
-      return st.error().code == Errc::config ? kExitUsage : kExitFailure;
+      return error_exit_status(st.error());
     }
     sqlite = st->get();
     store = std::move(*st);
@@ -79,7 +79,7 @@ int run_multinode_record(const CommonOptions& common, const SessionOptions& so) 
     auto st = multinode::make_csv_store(dir, {}, manifest);
     if (!st) {
       print_error(st.error().message);
-      return st.error().code == Errc::config ? kExitUsage : kExitFailure;
+      return error_exit_status(st.error());
     }
     store = std::move(*st);
   }
