@@ -1,11 +1,14 @@
 // Fuzz target: every pure /proc and /sys parser of src/core/procfs.hpp on the same text. Besides
 // "no crash, no sanitizer report", it checks what the parsers promise: an accepted /proc/stat has
 // one id per per-CPU line, CPU ids stay within the parser's bound, meminfo sizes are whole kB, the
-// Slurm job read from a cgroup file is a plain id.
+// Slurm job read from a cgroup file is a plain id, the cgroup control files' parsers (cpuacct,
+// cpu.stat, memory.stat) give no negative or non-finite time.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "core/cgroup.hpp"
 #include "core/procfs.hpp"
 #include "core/slurm_job.hpp"
 #include "fuzz_common.hpp"
@@ -43,5 +46,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (auto job = sonde::slurm_job_from_cgroup(text))
     check(sonde::is_plain_job_id(*job), "cgroup: the job is a plain id");
   (void)procfs::is_physical_block_link(text);
+  // The cgroup control files (core/cgroup.hpp) that give a level its exact CPU and memory.
+  (void)sonde::cgroup::parse_single(text);
+  for (double s : sonde::cgroup::parse_usage_percpu(text))
+    check(std::isfinite(s) && s >= 0, "usage_percpu: finite, not negative seconds");
+  (void)sonde::cgroup::stat_value(text, "usage_usec");
+  (void)sonde::cgroup::mapped_memory(text, 1);
+  (void)sonde::cgroup::mapped_memory(text, 2);
   return 0;
 }
