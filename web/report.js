@@ -85,6 +85,9 @@
 
     // ---- header --------------------------------------------------------------------------------
     var cmd = shellQuote(meta.command);
+    // record --pid: the watched process's command line (the manifest's target_command).
+    if (!cmd && meta.target_command && meta.target_command.length)
+      cmd = "pid " + meta.target_pid + ": " + shellQuote(meta.target_command);
     var exit = meta.exit_status;
     var exitText = exit === null || exit === undefined ? "–" :
       exit > 128 ? exit + " (signal " + (exit - 128) + ")" : String(exit);

@@ -228,10 +228,13 @@ int run_cli(int argc, char** argv) {
   app.add_subcommand("status", "GPUs, their processes, host CPU and memory, now (-i: watch)");
   app.add_subcommand("gpustat", "gpustat-compatible GPU view (flags and --json of gpustat)");
   RunsOptions runs_options;
-  auto* runs = app.add_subcommand("runs", "list, show and export the runs in a SQLite database");
+  auto* runs =
+      app.add_subcommand("runs", "list stored runs; show and export the runs in a SQLite database");
   runs->require_subcommand(1);
   auto* runs_list = runs->add_subcommand("list", "one line per run (id, start, duration, ...)");
-  runs_list->add_option("db", runs_options.db, "database (default: ./sonde-runs/runs.sqlite)");
+  runs_list->add_option(
+      "db", runs_options.db,
+      "database, or a directory: its run directories and runs.sqlite (default: ./sonde-runs/)");
   runs_list->add_flag("--json", runs_options.json, "print JSON");
   auto* runs_show = runs->add_subcommand("show", "a run's summary and manifest");
   runs_show->add_option("db", runs_options.db, "database, or DB#ID")->required();

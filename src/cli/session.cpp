@@ -47,12 +47,29 @@ double tv_s(const timeval& tv) {
   return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
 }
 
+/// The command line of a running process (its /proc/<pid>/cmdline), empty for a kernel thread
+/// or one that is gone: what `record --pid` names in the manifest, the summary and the report.
+std::vector<std::string> process_command(const std::string& proc_root, int pid) {
+  std::vector<std::string> out;
+  auto text = read_file(fmt::format("{}/{}/cmdline", proc_root, pid));
+  if (!text) return out;
+  std::size_t start = 0;
+  while (start < text->size()) {
+    std::size_t end = text->find('\0', start);
+    if (end == std::string::npos) end = text->size();
+    out.push_back(text->substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 /// The stored output (a run directory or a SQLite database) or the JSON stream, created before
 /// the command starts: an unwritable --out starts nothing. Returns an exit status on failure.
+/// `target_command`: the command line of the process `record --pid` watches (else empty).
 std::optional<int> add_output(const CommonOptions& common, const SessionOptions& so,
                               const Config& cfg, const Engine& engine, int target_pid,
-                              SinkSet& sinks, RunDirSink** run_dir = nullptr,
-                              SqliteSink** sqlite = nullptr) {
+                              const std::vector<std::string>& target_command, SinkSet& sinks,
+                              RunDirSink** run_dir = nullptr, SqliteSink** sqlite = nullptr) {
   if (so.mode == Mode::stream) {
     sinks.add(make_json_stream_sink(STDOUT_FILENO, engine, so.stream_protocol));
     return std::nullopt;
@@ -63,6 +80,7 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
   meta["start_wallclock"] = wallclock_now();
   meta["config_sources"] = cfg.sources;
   meta["target_pid"] = target_pid;
+  if (!target_command.empty()) meta["target_command"] = target_command;
   if (so.slurm) meta["mode"] = "run --slurm";
   if (common.format == "sqlite" || (common.format.empty() && is_sqlite_path(common.out))) {
     auto sink = SqliteSink::create(
@@ -76,7 +94,9 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
     return std::nullopt;
   }
   const std::string dir =
-      !common.out.empty() ? common.out : RunDirSink::default_dir(cfg.out_dir, so.command);
+      !common.out.empty()
+          ? common.out
+          : RunDirSink::default_dir(cfg.out_dir, so.command.empty() ? target_command : so.command);
   auto sink = RunDirSink::create(dir, engine, meta);
   if (!sink) {
     print_error(sink.error().message);
@@ -229,7 +249,11 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   sinks.add(make_stats_sink(stats));
   RunDirSink* run_dir = nullptr;
   SqliteSink* sqlite = nullptr;
-  if (auto status = add_output(common, so, *cfg, engine, target_pid, sinks, &run_dir, &sqlite))
+  const std::vector<std::string> target_command = so.mode == Mode::record && target_pid > 0
+                                                      ? process_command(roots.proc, target_pid)
+                                                      : std::vector<std::string>();
+  if (auto status = add_output(common, so, *cfg, engine, target_pid, target_command, sinks,
+                               &run_dir, &sqlite))
     return *status;
 
   // run --slurm: the agents' rows go to nodes/<node>/ of the run directory (or with their node's
@@ -391,6 +415,10 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     }
   }
   outcome.command = so.command;
+  if (!target_command.empty()) {
+    outcome.target_command = target_command;
+    outcome.target_pid = target_pid;
+  }
   outcome.wall_s = monotonic_now() - sampler.start_time();
   outcome.run_dir = sinks.location();
 

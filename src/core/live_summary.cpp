@@ -151,6 +151,10 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
                                                : node.num_cpus;
   nlohmann::json j;
   j["command"] = outcome.command;
+  if (!outcome.target_command.empty()) {
+    j["target_command"] = outcome.target_command;
+    j["target_pid"] = outcome.target_pid;
+  }
   j["exit_status"] = outcome.exit_status ? nlohmann::json(*outcome.exit_status) : nlohmann::json();
   j["wall_s"] = outcome.wall_s;
   j["user_cpu_s"] = opt(outcome.user_cpu_s);
@@ -228,21 +232,31 @@ std::string summary_text(const nlohmann::json& s) {
     if (!s.contains(key) || s[key].is_null()) return std::nullopt;
     return s[key].get<double>();
   };
-  // The command on one line, shell-quoted where needed.
-  std::string cmd;
-  for (const auto& a : s["command"]) {
-    std::string arg = a.get<std::string>();
-    if (arg.find_first_of(" \t\n'\"$") != std::string::npos) {
-      std::string q = "'";
-      for (char c : arg)
-        q += c == '\n' ? std::string("\\n") : c == '\'' ? std::string("'\\''") : std::string(1, c);
-      arg = q + "'";
+  // The command on one line, shell-quoted where needed; record --pid: the watched process's.
+  auto quoted = [](const nlohmann::json& args) {
+    std::string cmd;
+    for (const auto& a : args) {
+      std::string arg = a.is_string() ? a.get<std::string>() : json_text(a);
+      if (arg.find_first_of(" \t\n'\"$") != std::string::npos) {
+        std::string q = "'";
+        for (char c : arg)
+          q += c == '\n'   ? std::string("\\n")
+               : c == '\'' ? std::string("'\\''")
+                           : std::string(1, c);
+        arg = q + "'";
+      }
+      cmd += (cmd.empty() ? "" : " ") + arg;
     }
-    cmd += (cmd.empty() ? "" : " ") + arg;
-  }
+    return cmd;
+  };
+  const std::string cmd = s.contains("command") ? quoted(s["command"]) : std::string();
   std::string out = fmt::format("sonde summary ({} level, {} ticks)\n",
                                 s["level"].get<std::string>(), s["ticks"].get<std::uint64_t>());
   if (!cmd.empty()) out += fmt::format("  command      {}\n", cmd);
+  if (cmd.empty() && s.contains("target_command") && s["target_command"].is_array())
+    out += fmt::format("  process      pid {}: {}\n",
+                       json_text(s.value("target_pid", nlohmann::json())),
+                       quoted(s["target_command"]));
   out += fmt::format("  exit status  {}\n",
                      s["exit_status"].is_null() ? std::string("-") : json_text(s["exit_status"]));
   out += fmt::format("  wall time    {:.2f} s\n", s["wall_s"].get<double>());

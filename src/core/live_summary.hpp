@@ -34,6 +34,9 @@ class RunStats {
 /// What the program did, as far as sonde knows it.
 struct RunOutcome {
   std::vector<std::string> command;
+  /// `record --pid`: the watched process's command line and pid (the command is then empty).
+  std::vector<std::string> target_command;
+  int target_pid = 0;
   std::optional<int> exit_status;  ///< 128+N when killed by signal N
   double wall_s = 0;
   std::optional<double> user_cpu_s, system_cpu_s;  ///< from wait4, when sonde started the program

@@ -227,31 +227,22 @@ Result<void> read_nodes(int dir_fd, const std::string& dir, const std::string& m
 }
 }  // namespace
 
-Result<RunData> read_run_dir(const std::string& dir) {
+Result<nlohmann::json> read_run_manifest(int dir_fd, const std::string& dir) {
   namespace fs = std::filesystem;
   const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    return make_error(Errc::io, fmt::format("{}: not a run directory (no such directory)", dir));
-  // Every file of the run is opened through this fd, by a plain name, without following links.
-  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dir_fd)
-    return make_error(Errc::io, fmt::format("{}: cannot open: {}", dir, std::strerror(errno)));
-  auto text = read_run_file(dir_fd.get(), "manifest.json", manifest_path, kMaxManifestBytes);
+  auto text = read_run_file(dir_fd, "manifest.json", manifest_path, kMaxManifestBytes);
   if (!text) {
     if (text.error().code == Errc::io)
       return make_error(Errc::io,
                         fmt::format("{}: not a run directory (cannot read manifest.json)", dir));
     return text.error();
   }
-  RunData run;
-  run.source = dir;
   if (!json_nesting_within(*text, kMaxJsonDepth))
     return make_error(Errc::parse, fmt::format("{}: JSON nested deeper than {} levels (a sonde "
                                                "manifest nests 4)",
                                                manifest_path, kMaxJsonDepth));
   try {
-    run.manifest = nlohmann::json::parse(*text);
+    return nlohmann::json::parse(*text);
   } catch (const nlohmann::json::parse_error& e) {
     // e.byte is the offset of the error; turn it into a line number. The library's message ends
     // with the text it last read: not echoed, the file may be anything.
@@ -262,6 +253,23 @@ Result<RunData> read_run_dir(const std::string& dir) {
     return make_error(Errc::parse,
                       fmt::format("{}:{}: malformed JSON: {}", manifest_path, line, what));
   }
+}
+
+Result<RunData> read_run_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return make_error(Errc::io, fmt::format("{}: not a run directory (no such directory)", dir));
+  // Every file of the run is opened through this fd, by a plain name, without following links.
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd)
+    return make_error(Errc::io, fmt::format("{}: cannot open: {}", dir, std::strerror(errno)));
+  auto manifest = read_run_manifest(dir_fd.get(), dir);
+  if (!manifest) return manifest.error();
+  RunData run;
+  run.source = dir;
+  run.manifest = std::move(*manifest);
   const auto& m = run.manifest;
   if (!m.is_object() || !m.contains("levels") || !m["levels"].is_array())
     return make_error(Errc::parse,

@@ -43,4 +43,8 @@ inline constexpr std::uint64_t kMaxZipInflatedBytes = 2ull << 30;
 /// (RunData::nodes) from `nodes/<node>/perf_<level>.csv`; node names must be plain names.
 Result<RunData> read_run_dir(const std::string& dir);
 
+/// The manifest of the run directory open as `dir_fd` (named `dir` in errors), within the bounds
+/// above (size, nesting); what `sonde runs list` reads of each run directory.
+Result<nlohmann::json> read_run_manifest(int dir_fd, const std::string& dir);
+
 }  // namespace sonde

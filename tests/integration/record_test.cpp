@@ -94,5 +94,56 @@ TEST(Record, SystemForADuration) {
   EXPECT_FALSE(manifest.at("end_wallclock").is_null());
 }
 
+// record --pid names the process it watched (manifest, summary, directory name), and `runs list`
+// with no database finds the run directories under ./sonde-runs/ (issue 25, item 9).
+TEST(Record, PidNamesTheProcessAndRunsListFindsTheRunDirectories) {
+  BackgroundProcess sleeper({workload_binary(), "sleep", "30"});
+  const fs::path dir = scratch_dir();
+  const std::string pid = std::to_string(sleeper.pid());
+  auto in_dir = [&](const std::string& command) {
+    return run_command({"sh", "-c", "cd '" + dir.string() + "' && exec " + command}, {{}, {}, 60});
+  };
+  const std::string sonde = "'" + std::string(sonde_binary()) + "'";
+  RunResult r = in_dir(sonde + " record --pid " + pid + " --duration 0.5");
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const std::string workload = workload_binary();
+  EXPECT_NE(r.err.find("process      pid " + pid + ": " + workload + " sleep 30"),
+            std::string::npos)
+      << r.err;
+
+  const fs::path runs = dir / "sonde-runs";
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(runs)) dirs.push_back(e.path());
+  ASSERT_EQ(dirs.size(), 1u);
+  const std::string name = dirs[0].filename().string();
+  EXPECT_EQ(name.substr(name.size() - 20), "-sonde-test-workload") << name;
+  const nlohmann::json manifest = read_json(dirs[0] / "manifest.json");
+  EXPECT_EQ(manifest.at("target_command"), (nlohmann::json{workload, "sleep", "30"}));
+  EXPECT_EQ(manifest.at("summary").at("target_pid"), sleeper.pid());
+
+  r = in_dir(sonde + " run --quiet -- true");
+  ASSERT_EQ(r.status, 0) << r.describe();
+  r = in_dir(sonde + " runs list");
+  ASSERT_EQ(r.status, 0) << r.describe();
+  EXPECT_NE(r.out.find("RUN DIRECTORY"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(name), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pid " + pid + ": "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-true "), std::string::npos) << r.out;
+  r = in_dir(sonde + " runs list --json");
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const nlohmann::json listed = nlohmann::json::parse(r.out);
+  ASSERT_EQ(listed.size(), 2u) << r.out;
+  EXPECT_EQ(listed[0].at("command"), (nlohmann::json{workload, "sleep", "30"}));
+  EXPECT_EQ(listed[1].at("command"), nlohmann::json{"true"});
+  EXPECT_EQ(listed[1].at("exit_status"), 0);
+  EXPECT_EQ(listed[1].at("complete"), true);
+
+  // Nothing there: said, not an error.
+  const fs::path empty = scratch_dir();
+  r = run_command({"sh", "-c", "cd '" + empty.string() + "' && exec " + sonde + " runs list"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_NE(r.out.find("no runs"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace sonde::test
