@@ -145,6 +145,9 @@ class SondeMagics(Magics):
         # Set by the Python API / a generated script (sonde.service): no IPython display.
         self.plots_disabled = None
         self.display_disabled = None
+        # The plot widget: None decides by the front end (plot.widget_frontend), True/False force.
+        self.plot_widget = None
+        self.last_widget_fallback = None  # why the last widget plot was drawn static
         self._skip_report = False
 
     # Events ---------------------------------------------------------------------------------
@@ -589,13 +592,15 @@ class SondeMagics(Magics):
         cells = self._cells(args.cell) if args.cell is not None else self._default_plot_cells()
         direct = args.level is not None or metrics or args.save_jpeg or args.pickle_file or \
             node is not None
-        if not direct:
-            import importlib.util
-
-            # no widget library: the plot itself (Debian: python3-ipywidgets)
-            direct = importlib.util.find_spec("ipywidgets") is None
+        backend = self.backend
         if not direct and cells:
-            return self._plot_widget(cells, metrics)
+            ok, why = self._widget_frontend()
+            if ok:
+                return self._plot_widget(cells, metrics)
+            # No front end to draw the widget (terminal IPython, jupyter nbconvert --execute):
+            # its static stand-in, a PNG a headless notebook stores and any viewer shows.
+            backend = "matplotlib"
+            self.last_widget_fallback = why
         level = self._level(args.level, data)
         frame = data.frame(level)
         window = self._window(cells)
@@ -619,8 +624,14 @@ class SondeMagics(Magics):
                   "frame, cells; load it with pickle.load)")
         from IPython.display import display
 
-        display(plotting.render(frame, metrics, cells, level, window, title, self.backend),
-                raw=True)
+        display(plotting.render(frame, metrics, cells, level, window, title, backend), raw=True)
+
+    def _widget_frontend(self):
+        """(True, "") where the front end draws widgets, else (False, why); self.plot_widget
+        (True/False; None: plot.widget_frontend's guess) decides instead when set."""
+        if self.plot_widget is not None:
+            return bool(self.plot_widget), "" if self.plot_widget else "plot_widget is False"
+        return plotting.widget_frontend(self.shell)
 
     def _plot_widget(self, cells, metrics):
         from IPython.display import display
@@ -647,7 +658,7 @@ class SondeMagics(Magics):
         level = self._level(args.level)
         plotting.resolve_metrics(self.data.frame(level), metrics)  # bad names fail here
         lp = plotting.LivePlot(self.monitor, self.history, metrics, level, self.backend,
-                               live[0], live[1])
+                               live[0], live[1], button=self._widget_frontend()[0])
         self.live_plots = [x for x in self.live_plots if x.running] + [lp]
         return None
 

@@ -4,6 +4,7 @@
 """
 
 import io
+import os
 
 from .session import UsageError
 
@@ -207,6 +208,52 @@ def render(frame, metrics, cells, level, window, title, backend, compress=False)
 
 # The plot widget (ipywidgets) ---------------------------------------------------------------
 
+WIDGET_ENV = "SONDE_PLOT_WIDGET"  # on / off / auto (the default)
+
+
+def widget_frontend(shell=None):
+    """Whether the front end running this kernel draws ipywidgets: (True, "") or (False, why).
+
+    A widget needs a widget manager on the other side of the kernel. There is none in terminal
+    IPython (no kernel), nor in nbclient, the engine of `jupyter nbconvert --execute` and
+    papermill; Debian 12's nbclient 0.7 even aborts the whole run on the comm_open of Debian's
+    ipywidgets 6 (widget protocol 1 sends the state as the message's data, nbclient reads
+    data['state']: KeyError: 'state', outside any cell, so --allow-errors does not help).
+    ipywidgets 6 knows whether a widget manager is there: the front end's opens the comm
+    jupyter.widget.version at connection and validates the version (Widget._version_validated;
+    the classic notebook's does, nbclient does not). ipywidgets >= 7 has no such handshake:
+    there the execute request tells a headless runner (nbclient sends allow_stdin false; the
+    notebook, JupyterLab, VS Code and the console send true). $SONDE_PLOT_WIDGET=on|off
+    overrides the guess."""
+    forced = os.environ.get(WIDGET_ENV, "").strip().lower()
+    if forced in ("1", "on", "yes", "true"):
+        return True, ""
+    if forced in ("0", "off", "no", "false"):
+        return False, f"${WIDGET_ENV}={forced}"
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is None:
+        return False, "ipywidgets is not installed (Debian: python3-ipywidgets)"
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:
+        return False, "not in a Jupyter kernel"
+    from ipywidgets import Widget
+
+    if hasattr(Widget, "_version_validated"):  # ipywidgets < 7: widget protocol 1
+        if Widget._version_validated:
+            return True, ""
+        if Widget._version_validated is None:
+            return False, "no widget front end connected (e.g. jupyter nbconvert --execute)"
+        return False, "the front end's widget manager does not match this ipywidgets"
+    if not getattr(kernel, "_allow_stdin", True):
+        return False, "a headless run (the front end takes no input: jupyter nbconvert --execute)"
+    return True, ""
+
+
 class PlotWidget:
     """%perfmonitor_plot without --level: JUmPER's interactive plot. A cell-range slider (cell
     indices), "Show idle periods", the level and the metrics; the plot below redraws on every
@@ -266,10 +313,12 @@ class PlotWidget:
 
 class LivePlot:
     """%perfmonitor_plot --live [INTERVAL [WINDOW]]: redraws the last WINDOW seconds every
-    INTERVAL seconds on a background thread while other cells run; stops with its button, with
-    stop(), or after the monitor stops (one last frame)."""
+    INTERVAL seconds on a background thread while other cells run; stops with its button (shown
+    where the front end draws widgets), with stop(), or after the monitor stops (one last
+    frame)."""
 
-    def __init__(self, monitor, history, metrics, level, backend, interval=2.0, window=120.0):
+    def __init__(self, monitor, history, metrics, level, backend, interval=2.0, window=120.0,
+                 button=True):
         import threading
 
         from IPython.display import display
@@ -285,14 +334,13 @@ class LivePlot:
         self._stop = threading.Event()
         self.handle = display({"text/plain": "sonde: live plot starting ..."}, raw=True,
                               display_id=True)
-        try:
+        self.button = None
+        if button:  # a widget: only where the front end draws widgets (widget_frontend)
             import ipywidgets as widgets
 
             self.button = widgets.Button(description="Stop Live Update")
             self.button.on_click(lambda _b: self.stop())
             display(self.button)
-        except ImportError:
-            self.button = None
         self.draw()
         self._thread = threading.Thread(target=self._loop, name="sonde-live-plot", daemon=True)
         self._thread.start()

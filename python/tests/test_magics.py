@@ -222,9 +222,21 @@ def outputs_with(outputs, mime):
 
 
 def test_plot(run, shell, tmp_path):
-    # Without --level: JUmPER's plot widget (ipywidgets), drawn once with plotly (the default)
+    # Without --level, and no widget front end (this shell has no kernel, as terminal IPython):
+    # the widget's static stand-in, a PNG (test_notebook.py: the same under nbconvert --execute)
+    magics_of(shell).last_widget = None
     _, err, outputs = run("%perfmonitor_plot")
-    assert err == ""  # (the widget's own output needs a kernel: test_notebook.py checks it)
+    assert err == "" and has_png(outputs) and magics_of(shell).last_widget is None
+    assert not outputs_with(outputs, "application/vnd.jupyter.widget-view+json")
+    assert magics_of(shell).last_widget_fallback == "not in a Jupyter kernel"
+    assert magics_of(shell).backend == "plotly"  # the stand-in does not change the choice
+    # JUmPER's plot widget (ipywidgets), where a front end draws it: drawn once with plotly
+    magics_of(shell).plot_widget = True
+    try:
+        _, err, outputs = run("%perfmonitor_plot")
+    finally:
+        magics_of(shell).plot_widget = None
+    assert err == ""  # (the widget's own output needs a kernel)
     w = magics_of(shell).last_widget
     assert w.draws == 1 and w.error is None
     lo, hi = w.range.value
@@ -270,6 +282,7 @@ def test_live_plot(run, shell):
     assert err == ""
     lp = magics_of(shell).live_plots[-1]
     assert lp.interval == 0.2 and lp.window == 30 and lp.running
+    assert lp.button is None  # no widget front end: no stop button
     first = lp.frames
     run("busy(1.0)")  # the plot redraws while this cell runs
     deadline = time.monotonic() + 10
@@ -481,3 +494,40 @@ def test_import_bad_inputs(run, tmp_path):
     (tmp_path / "f.txt").write_text("x")
     _, err, _ = run(f"%import_session {tmp_path / 'f.txt'}")
     assert "expected a session directory or a .zip" in err
+
+
+class _Kernel:
+    def __init__(self, allow_stdin):
+        self._allow_stdin = allow_stdin
+
+
+class _Shell:
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+
+def test_widget_frontend(monkeypatch):
+    """When %perfmonitor_plot draws the widget: a kernel whose front end has a widget manager."""
+    ipywidgets = pytest.importorskip("ipywidgets")
+    from sonde import plot
+
+    monkeypatch.delenv(plot.WIDGET_ENV, raising=False)
+    assert plot.widget_frontend(_Shell(None)) == (False, "not in a Jupyter kernel")
+    W = ipywidgets.Widget
+    if hasattr(W, "_version_validated"):
+        # ipywidgets 6 (Debian 12): the front end's widget manager validated the version
+        # (classic notebook), or nobody asked (nbclient: jupyter nbconvert --execute)
+        monkeypatch.setattr(W, "_version_validated", True)
+        assert plot.widget_frontend(_Shell(_Kernel(False))) == (True, "")
+        monkeypatch.setattr(W, "_version_validated", None)
+        ok, why = plot.widget_frontend(_Shell(_Kernel(True)))
+        assert not ok and "no widget front end" in why
+        monkeypatch.setattr(W, "_version_validated", False)
+        assert not plot.widget_frontend(_Shell(_Kernel(True)))[0]
+    else:  # ipywidgets >= 7: a runner that takes no input is headless
+        assert plot.widget_frontend(_Shell(_Kernel(True))) == (True, "")
+        assert not plot.widget_frontend(_Shell(_Kernel(False)))[0]
+    monkeypatch.setenv(plot.WIDGET_ENV, "on")
+    assert plot.widget_frontend(_Shell(None)) == (True, "")
+    monkeypatch.setenv(plot.WIDGET_ENV, "off")
+    assert not plot.widget_frontend(_Shell(_Kernel(True)))[0]
