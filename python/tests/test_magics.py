@@ -343,28 +343,33 @@ def test_export_perfdata(run, shell, tmp_path):
 
 JUMPER_CELL_COLUMNS = ["cell_index", "raw_cell", "start_time", "end_time", "duration",
                        "wallclock_start_time", "wallclock_end_time", "cell_magics"]
+# JUmPER's columns, then IPython's execution count
+CELL_COLUMNS = JUMPER_CELL_COLUMNS + ["execution_count"]
 
 
 def test_export_cell_history(run, shell, tmp_path):
     run("%perfmonitor_export_cell_history")
     df = shell.user_ns["cell_history_df"]
-    assert list(df.columns) == JUMPER_CELL_COLUMNS
+    assert list(df.columns) == CELL_COLUMNS
     assert list(df["cell_index"]) == list(range(len(df)))  # positions, from 0
+    assert list(df["execution_count"]) == [c.execution_count  # (this cell came after)
+                                           for c in magics_of(shell).history.cells][:-1]
     row = df[df["raw_cell"].str.contains("busy\\(1.2\\)")].iloc[0]
     assert row["duration"] == pytest.approx(row["end_time"] - row["start_time"])
     assert 1.1 < row["duration"] < 10
     assert ["perfmonitor_start 0.1 --levels process,user,system"] in list(df["cell_magics"])
     f = tmp_path / "cells.csv"
     run(f"%perfmonitor_export_cell_history --file {f}")
-    assert f.read_text().startswith(",".join(JUMPER_CELL_COLUMNS))
+    assert f.read_text().startswith(",".join(CELL_COLUMNS))
     j = tmp_path / "cells.json"
     run(f"%perfmonitor_export_cell_history {j}")
-    assert json.loads(j.read_text())[0]["cell_index"] == 0
+    records = json.loads(j.read_text())
+    assert records[0]["cell_index"] == 0
+    assert records[0]["execution_count"] == magics_of(shell).history.cells[0].execution_count
     run(f"%perfmonitor_export_cell_history --file {tmp_path / 'hist'}")
     assert (tmp_path / "hist.csv").is_file()
     out, err, _ = run(f"%perfmonitor_load_cell_history {j}")
-    assert err == "" and list(shell.user_ns["loaded_cell_history_df"].columns) == \
-        JUMPER_CELL_COLUMNS
+    assert err == "" and list(shell.user_ns["loaded_cell_history_df"].columns) == CELL_COLUMNS
     (tmp_path / "perf.csv").write_text("time,memory\n1,2\n")
     _, err, _ = run(f"%perfmonitor_load_cell_history {tmp_path / 'perf.csv'}")
     assert "missing the columns cell_index, raw_cell" in err
@@ -378,6 +383,48 @@ def test_cell_addressing_as_jumper(run, shell):
     assert [c.index for c in hist.select("2:4")] == [2, 3, 4]
     assert hist.select(":1")[-1].index == 1
     assert hist.select("-1")[0] is hist.cells[-1]
+
+
+def test_cell_execution_counts(run, shell):
+    """IPython's execution count next to JUmPER's cell_index: in the reports and the cell table,
+    and --cell In[n] addresses a cell by it (terminal IPython shows In [n] only)."""
+    hist = magics_of(shell).history
+    c = [c for c in hist.cells if "busy(1.2)" in c.code][0]
+    n = c.execution_count
+    # %load_ext sonde ran as In [1] and is not in the history: the counts run ahead
+    assert n is not None and n > c.index
+    assert [x.execution_count for x in hist.cells] == list(
+        range(hist.cells[0].execution_count, hist.cells[0].execution_count + len(hist)))
+    assert hist.select(f"In[{n}]") == [c]
+    assert hist.select(f"in [{n}]") == [c]
+    assert hist.select(f"In[{n}]:")[0] is c and hist.select(f":In[{n}]")[-1] is c
+    assert hist.select(f"{c.index}:In[{n}]") == [c]
+    assert hist.select(f"In[{n - 1}]:In[{n}]") == hist.select(f"{c.index - 1}:{c.index}")
+    label = f"cell [{c.index}] (In [{n}])"
+    # HTML for a notebook and the text report for a front end without HTML, one display
+    _, err, outputs = run(f"%perfmonitor_perfreport --cell In[{n}]")
+    assert err == "" and label in html_of(outputs)
+    plain = "".join(data_of(o).get("text/plain", "") for o in outputs)
+    assert plain.startswith(f"sonde report: {label}, process level") and "CPU" in plain
+    assert "IPython.core.display.HTML" not in plain
+    out, err, _ = run(f"%perfmonitor_perfreport --cell In [{n}] --text")  # IPython's spelling
+    assert err == "" and out.startswith(f"sonde report: {label}, process level"), err
+    out, err, _ = run(f"%perfmonitor_perfreport --cell {c.index}:{c.index + 1} --text")
+    assert out.startswith(f"sonde report: cells [{c.index}]..[{c.index + 1}] "
+                          f"(In [{n}]..In [{n + 1}]), process level"), out
+    # the cell table: both numbers
+    _, err, outputs = run("%show_cell_history")
+    assert err == "" and "execution_count" in html_of(outputs)
+    first = hist.cells[0].execution_count
+    for bad, message in ((f"In[{first - 1}]", f"no recorded cell ran as In [{first - 1}]"),
+                         ("In[99999]:", "In[99999] is beyond the last cell"),
+                         (":In[0]", "In[0] is before the first recorded cell"),
+                         ("In[x]", "is not a cell index or range")):
+        _, err, _ = run(f"%perfmonitor_perfreport --cell {bad}")
+        assert err.startswith("sonde: error:") and message in err, (bad, err)
+    # the message when a cell_index is beyond the last: both numberings
+    _, err, _ = run("%perfmonitor_perfreport --cell 9999")
+    assert f"execution counts In [{first}]..In [" in err and "--cell In[n]" in err, err
 
 
 def test_write_script(run, shell, tmp_path):
@@ -450,6 +497,9 @@ def test_stop_then_reports_and_session(run, shell, tmp_path):
             "cell_history.csv"} <= names
     man = json.loads((d / "manifest.json").read_text())
     assert man["levels"] == ["process", "user", "system"]
+    # the execution counts of the cells before the export cell (cell_history.csv as before)
+    counts = [c.execution_count for c in magics_of(shell).history.cells][:-1]
+    assert man["cell_execution_counts"] == counts and None not in counts
     assert man["files"]["process"] == "perf_process.csv"
     assert (d / "cell_history.csv").read_text().startswith("index,start_wallclock,end_wallclock,code")
     _, err, _ = run(f"%export_session {d}")
@@ -470,6 +520,7 @@ def test_stop_then_reports_and_session(run, shell, tmp_path):
     for path in (d, z):
         out, err, _ = run(f"%import_session {path}")
         assert "imported" in out, err
+        assert [c.execution_count for c in magics_of(shell).history.cells][:len(counts)] == counts
         after = magics_of(shell).summary(magics_of(shell).history.select(str(n)))
         for key in ("cpu", "memory"):
             assert report.metric(after, "process", key) == pytest.approx(

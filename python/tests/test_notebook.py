@@ -77,9 +77,9 @@ def test_quickstart_notebook(tmp_path):
     jupyter = shutil.which("jupyter")
     assert jupyter, "jupyter (jupyter-core, with jupyter-nbconvert: scripts/install-deps --tests)"
     proc = subprocess.run(
-        [jupyter, "nbconvert", "--to", "notebook", "--execute", "--ExecutePreprocessor.timeout=180",
-         "--ExecutePreprocessor.kernel_name=sonde-test", "--output", "executed.ipynb",
-         str(nb_path)],
+        [jupyter, "nbconvert", "--to", "notebook", "--execute",
+         "--ExecutePreprocessor.timeout=180", "--ExecutePreprocessor.kernel_name=sonde-test",
+         "--output", "executed.ipynb", str(nb_path)],
         cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "KeyError" not in proc.stderr, proc.stderr[-3000:]
@@ -89,10 +89,11 @@ def test_quickstart_notebook(tmp_path):
     text, _, _ = outputs_of(cells[2])
     assert "monitoring pid" in text
 
-    # The HTML report of the CPU cell (cell_index 1, JUmPER's numbering): a table whose CPU row
-    # has a non-zero mean.
-    _, html, _ = outputs_of(cells[5])
-    assert "sonde-report-table" in html and "cell [1]" in html
+    # The HTML report of the CPU cell (cell_index 1, JUmPER's numbering; In [3], IPython's): a
+    # table whose CPU row has a non-zero mean, and its text form for front ends without HTML.
+    text, html, _ = outputs_of(cells[5])
+    assert "sonde-report-table" in html and "cell [1] (In [3])" in html
+    assert text.startswith("sonde report: cell [1] (In [3]), process level"), text
     m = re.search(r"CPU utilisation \(%\)</th><td[^>]*>([0-9.]+)</td>", html)
     assert m, html
     assert float(m.group(1)) > 1  # percent of the available CPUs; one core busy (or what the
@@ -100,8 +101,10 @@ def test_quickstart_notebook(tmp_path):
     m = re.search(r"CPU \(cores\)</th><td[^>]*>([0-9.]+)</td>", html)
     assert m and float(m.group(1)) > 0.01, html
 
-    # The text report of cells 1..2: the CPU row and the memory peak of the 300 MiB cell.
+    # The text report of cells 1..2, addressed as In[3]:In[4]: the CPU row and the memory peak
+    # of the 300 MiB cell.
     text, _, _ = outputs_of(cells[6])
+    assert text.startswith("sonde report: cells [1]..[2] (In [3]..In [4]), process level"), text
     cpu = [ln for ln in text.splitlines() if ln.startswith("CPU utilisation (%)")]
     mem = [ln for ln in text.splitlines() if ln.startswith("Memory (GiB)")]
     assert cpu and float(cpu[0][28:].split()[0]) > 1, text  # mean
@@ -153,4 +156,7 @@ def test_quickstart_notebook(tmp_path):
         assert (sess / name).is_file(), name
     hist = (sess / "cell_history.csv").read_text().splitlines()
     assert hist[0] == "index,start_wallclock,end_wallclock,code"
+    # cell_index 0 is In [2] (the start cell): the execution counts are in the manifest
+    counts = json.loads((sess / "manifest.json").read_text())["cell_execution_counts"]
+    assert counts[:3] == [2, 3, 4], counts
     assert sum(1 for ln in (sess / "perf_process.csv").read_text().splitlines()) > 20
