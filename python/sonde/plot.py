@@ -219,12 +219,11 @@ def widget_frontend(shell=None):
     papermill; Debian 12's nbclient 0.7 even aborts the whole run on the comm_open of Debian's
     ipywidgets 6 (widget protocol 1 sends the state as the message's data, nbclient reads
     data['state']: KeyError: 'state', outside any cell, so --allow-errors does not help).
-    ipywidgets 6 knows whether a widget manager is there: the front end's opens the comm
-    jupyter.widget.version at connection and validates the version (Widget._version_validated;
-    the classic notebook's does, nbclient does not). ipywidgets >= 7 has no such handshake:
-    there the execute request tells a headless runner (nbclient sends allow_stdin false; the
-    notebook, JupyterLab, VS Code and the console send true). $SONDE_PLOT_WIDGET=on|off
-    overrides the guess."""
+    A kernel learns little of its front end: ipywidgets 6 records whether a widget manager
+    validated its version (Widget._version_validated: True or False; None when nobody asked,
+    or when ipywidgets was imported after the front end connected), and every execute request
+    says whether the front end takes input: nbclient sends allow_stdin false, the notebook,
+    JupyterLab, VS Code and the console true. $SONDE_PLOT_WIDGET=on|off overrides the guess."""
     forced = os.environ.get(WIDGET_ENV, "").strip().lower()
     if forced in ("1", "on", "yes", "true"):
         return True, ""
@@ -243,11 +242,10 @@ def widget_frontend(shell=None):
         return False, "not in a Jupyter kernel"
     from ipywidgets import Widget
 
-    if hasattr(Widget, "_version_validated"):  # ipywidgets < 7: widget protocol 1
-        if Widget._version_validated:
-            return True, ""
-        if Widget._version_validated is None:
-            return False, "no widget front end connected (e.g. jupyter nbconvert --execute)"
+    validated = getattr(Widget, "_version_validated", None)  # ipywidgets < 7
+    if validated:
+        return True, ""
+    if validated is False:
         return False, "the front end's widget manager does not match this ipywidgets"
     if not getattr(kernel, "_allow_stdin", True):
         return False, "a headless run (the front end takes no input: jupyter nbconvert --execute)"
