@@ -14,7 +14,8 @@
     %start_write_script [FILE.py] ... %end_write_script
     %perfmonitor_stop
 
-Cells are addressed by JUmPER's cell_index: the position in the cell history, from 0.
+Cells are addressed by JUmPER's cell_index: the position in the cell history, from 0; or by
+IPython's execution count: --cell In[7] (the cell that ran as In [7]), In[3]:In[7].
 
 Bad input (an unknown option, a bad cell range, a stop before a start, a plot before any data)
 prints one line `sonde: error: ...` on stderr; no traceback.
@@ -23,6 +24,7 @@ prints one line `sonde: error: ...` on stderr; no traceback.
 import argparse
 import functools
 import os
+import re
 import shlex
 import sys
 import time
@@ -56,7 +58,23 @@ def _parser(name):
     return _Parser(prog=name, add_help=False)
 
 
+def _join_cell_arg(line):
+    """`--cell In [7]` (IPython's spelling, with a space) or `--cell In [3] : In [7]`: one
+    argument, In[7] / In[3]:In[7]. The argument runs to the next option (` --`)."""
+    m = re.search(r"--cell(?:=|\s+)", line)
+    if not m:
+        return line
+    rest = line[m.end():]
+    stop = re.search(r"\s--", rest)
+    arg, tail = (rest[:stop.start()], rest[stop.start():]) if stop else (rest, "")
+    if not re.search(r"in\s*\[", arg, re.IGNORECASE):
+        return line
+    return line[:m.end()] + re.sub(r"\s+", "", arg) + tail
+
+
 def _parse(parser, line):
+    if any("--cell" in a.option_strings for a in parser._actions):
+        line = _join_cell_arg(line)
     try:
         argv = shlex.split(line)
     except ValueError as e:
@@ -109,7 +127,7 @@ HELP = """sonde magics (JUmPER's names; data from sonde's C++ engine)
                                                      (default DataFrame 'cell_history_df')
   %perfmonitor_load_perfdata FILE                    CSV/JSON into 'loaded_perfdata_df'
   %perfmonitor_load_cell_history FILE                CSV/JSON into 'loaded_cell_history_df'
-  %show_cell_history  (also %cell_history)           the executed cells with their times
+  %show_cell_history  (also %cell_history)           the executed cells: cell_index, In [n], times
   %export_session [DIR|FILE.zip]                     a run directory `sonde report` reads
   %import_session PATH                               reports and plots of an exported session
   %start_write_script [FILE.py]                      record the next cells into a Python script
@@ -121,7 +139,8 @@ JUmPER's --monitor/--check-sanity (start) are accepted; sonde always samples wit
 (`sonde record --slurm-job`, into --out DIR): --node <Aggregated> or a node's name on the
 reports, plots and exports reads it, during and after the session.
 Cell ranges R (cell_index: position in the history, from 0): 5, 2:8, :5, 3: (inclusive);
-sonde also reads negative numbers from the last cell: -1, -3:.
+sonde also reads negative numbers from the last cell: -1, -3:, and IPython's execution counts:
+In[7] (the cell that ran as In [7]), In[3]:In[7]. %show_cell_history lists both numbers.
 Levels: process, user, slurm (inside a Slurm job), system. Metrics: cpu_summary, memory,
 gpu_util_summary, gpu_band_summary, gpu_mem_summary, or any column (plugin columns too)."""
 
@@ -145,6 +164,9 @@ class SondeMagics(Magics):
         # Set by the Python API / a generated script (sonde.service): no IPython display.
         self.plots_disabled = None
         self.display_disabled = None
+        # The plot widget: None decides by the front end (plot.widget_frontend), True/False force.
+        self.plot_widget = None
+        self.last_widget_fallback = None  # why the last widget plot was drawn static
         self._skip_report = False
 
     # Events ---------------------------------------------------------------------------------
@@ -318,14 +340,17 @@ class SondeMagics(Magics):
         return summary
 
     def _show_report(self, cells, level, text, data=None):
-        from IPython.display import HTML, display
+        from IPython.display import display
 
         summary = self.summary(cells, data)
         title = reporting.title_of(cells, level, getattr(data, "node_name", None))
         if text or self.display_disabled:
             print(reporting.render_text(summary, level, title))
         else:
-            display(HTML(reporting.render_html(summary, level, title)))
+            # HTML for a notebook, the text report for a front end without HTML (terminal
+            # IPython prints text/plain; an HTML object alone would print its repr).
+            display({"text/html": reporting.render_html(summary, level, title),
+                     "text/plain": reporting.render_text(summary, level, title)}, raw=True)
         return summary
 
     # Magics ---------------------------------------------------------------------------------
@@ -589,13 +614,15 @@ class SondeMagics(Magics):
         cells = self._cells(args.cell) if args.cell is not None else self._default_plot_cells()
         direct = args.level is not None or metrics or args.save_jpeg or args.pickle_file or \
             node is not None
-        if not direct:
-            import importlib.util
-
-            # no widget library: the plot itself (Debian: python3-ipywidgets)
-            direct = importlib.util.find_spec("ipywidgets") is None
+        backend = self.backend
         if not direct and cells:
-            return self._plot_widget(cells, metrics)
+            ok, why = self._widget_frontend()
+            if ok:
+                return self._plot_widget(cells, metrics)
+            # No front end to draw the widget (terminal IPython, jupyter nbconvert --execute):
+            # its static stand-in, a PNG a headless notebook stores and any viewer shows.
+            backend = "matplotlib"
+            self.last_widget_fallback = why
         level = self._level(args.level, data)
         frame = data.frame(level)
         window = self._window(cells)
@@ -619,8 +646,14 @@ class SondeMagics(Magics):
                   "frame, cells; load it with pickle.load)")
         from IPython.display import display
 
-        display(plotting.render(frame, metrics, cells, level, window, title, self.backend),
-                raw=True)
+        display(plotting.render(frame, metrics, cells, level, window, title, backend), raw=True)
+
+    def _widget_frontend(self):
+        """(True, "") where the front end draws widgets, else (False, why); self.plot_widget
+        (True/False; None: plot.widget_frontend's guess) decides instead when set."""
+        if self.plot_widget is not None:
+            return bool(self.plot_widget), "" if self.plot_widget else "plot_widget is False"
+        return plotting.widget_frontend(self.shell)
 
     def _plot_widget(self, cells, metrics):
         from IPython.display import display
@@ -647,7 +680,7 @@ class SondeMagics(Magics):
         level = self._level(args.level)
         plotting.resolve_metrics(self.data.frame(level), metrics)  # bad names fail here
         lp = plotting.LivePlot(self.monitor, self.history, metrics, level, self.backend,
-                               live[0], live[1])
+                               live[0], live[1], button=self._widget_frontend()[0])
         self.live_plots = [x for x in self.live_plots if x.running] + [lp]
         return None
 
@@ -761,7 +794,16 @@ class SondeMagics(Magics):
         df = self.history.dataframe()
         df["start"] = [time.strftime("%H:%M:%S", time.localtime(t)) for t in
                        df["wallclock_start_time"]]
-        display(df[["cell_index", "start", "duration", "raw_cell"]])
+        # Both numbers: JUmPER's cell_index (--cell N) and IPython's In [n] (--cell In[n]).
+        view = df[["cell_index", "execution_count", "start", "duration", "raw_cell"]]
+        # Text where there is no HTML (terminal IPython): every column, the code on one line
+        # (pandas' own text would hide the middle columns in 80 characters).
+        plain = view.assign(duration=[f"{d:.2f}" for d in view["duration"]],
+                            raw_cell=[_one_line(c, 44) for c in view["raw_cell"]])
+        text = plain.to_string(index=False, justify="left",
+                               formatters={"raw_cell": lambda c: f"{c:<44}"})
+        display({"text/html": view.to_html(),
+                 "text/plain": "\n".join(ln.rstrip() for ln in text.splitlines())}, raw=True)
 
     @line_magic
     @_magic
@@ -860,6 +902,15 @@ def _is_control(cell_magics):
         if parts and parts[0] in CONTROL_MAGICS:
             return True
     return False
+
+
+def _one_line(code, width):
+    """The first non-empty line of `code`, `...` where it is cut."""
+    lines = [ln for ln in (code or "").splitlines() if ln.strip()]
+    first = lines[0].strip() if lines else ""
+    if len(first) > width or len(lines) > 1:
+        return first[:width - 3] + "..." if len(first) > width - 3 else first + " ..."
+    return first
 
 
 def _missing(v):

@@ -4,6 +4,7 @@
 """
 
 import io
+import os
 
 from .session import UsageError
 
@@ -207,6 +208,50 @@ def render(frame, metrics, cells, level, window, title, backend, compress=False)
 
 # The plot widget (ipywidgets) ---------------------------------------------------------------
 
+WIDGET_ENV = "SONDE_PLOT_WIDGET"  # on / off / auto (the default)
+
+
+def widget_frontend(shell=None):
+    """Whether the front end running this kernel draws ipywidgets: (True, "") or (False, why).
+
+    A widget needs a widget manager on the other side of the kernel. There is none in terminal
+    IPython (no kernel), nor in nbclient, the engine of `jupyter nbconvert --execute` and
+    papermill; Debian 12's nbclient 0.7 even aborts the whole run on the comm_open of Debian's
+    ipywidgets 6 (widget protocol 1 sends the state as the message's data, nbclient reads
+    data['state']: KeyError: 'state', outside any cell, so --allow-errors does not help).
+    A kernel learns little of its front end: ipywidgets 6 records whether a widget manager
+    validated its version (Widget._version_validated: True or False; None when nobody asked,
+    or when ipywidgets was imported after the front end connected), and every execute request
+    says whether the front end takes input: nbclient sends allow_stdin false, the notebook,
+    JupyterLab, VS Code and the console true. $SONDE_PLOT_WIDGET=on|off overrides the guess."""
+    forced = os.environ.get(WIDGET_ENV, "").strip().lower()
+    if forced in ("1", "on", "yes", "true"):
+        return True, ""
+    if forced in ("0", "off", "no", "false"):
+        return False, f"${WIDGET_ENV}={forced}"
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is None:
+        return False, "ipywidgets is not installed (Debian: python3-ipywidgets)"
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:
+        return False, "not in a Jupyter kernel"
+    from ipywidgets import Widget
+
+    validated = getattr(Widget, "_version_validated", None)  # ipywidgets < 7
+    if validated:
+        return True, ""
+    if validated is False:
+        return False, "the front end's widget manager does not match this ipywidgets"
+    if not getattr(kernel, "_allow_stdin", True):
+        return False, "a headless run (the front end takes no input: jupyter nbconvert --execute)"
+    return True, ""
+
+
 class PlotWidget:
     """%perfmonitor_plot without --level: JUmPER's interactive plot. A cell-range slider (cell
     indices), "Show idle periods", the level and the metrics; the plot below redraws on every
@@ -266,10 +311,12 @@ class PlotWidget:
 
 class LivePlot:
     """%perfmonitor_plot --live [INTERVAL [WINDOW]]: redraws the last WINDOW seconds every
-    INTERVAL seconds on a background thread while other cells run; stops with its button, with
-    stop(), or after the monitor stops (one last frame)."""
+    INTERVAL seconds on a background thread while other cells run; stops with its button (shown
+    where the front end draws widgets), with stop(), or after the monitor stops (one last
+    frame)."""
 
-    def __init__(self, monitor, history, metrics, level, backend, interval=2.0, window=120.0):
+    def __init__(self, monitor, history, metrics, level, backend, interval=2.0, window=120.0,
+                 button=True):
         import threading
 
         from IPython.display import display
@@ -285,14 +332,13 @@ class LivePlot:
         self._stop = threading.Event()
         self.handle = display({"text/plain": "sonde: live plot starting ..."}, raw=True,
                               display_id=True)
-        try:
+        self.button = None
+        if button:  # a widget: only where the front end draws widgets (widget_frontend)
             import ipywidgets as widgets
 
             self.button = widgets.Button(description="Stop Live Update")
             self.button.on_click(lambda _b: self.stop())
             display(self.button)
-        except ImportError:
-            self.button = None
         self.draw()
         self._thread = threading.Thread(target=self._loop, name="sonde-live-plot", daemon=True)
         self._thread.start()

@@ -251,13 +251,25 @@ def _totals_line(L):
     return ", ".join(parts)
 
 
+def cells_label(cells):
+    """`cell [1] (In [3])`, `cells [1]..[2] (In [3]..In [4])`: JUmPER's cell_index and, where
+    the cells have them, IPython's execution counts (terminal IPython numbers cells by these)."""
+    def count(c):
+        return getattr(c, "execution_count", None)
+
+    if len(cells) == 1:
+        n = count(cells[0])
+        return f"cell [{cells[0].index}]" + (f" (In [{n}])" if n is not None else "")
+    a, b = count(cells[0]), count(cells[-1])
+    counts = f" (In [{a}]..In [{b}])" if a is not None and b is not None else ""
+    return f"cells [{cells[0].index}]..[{cells[-1].index}]{counts}"
+
+
 def title_of(cells, level, node=None):
     where = f"{level} level" + (f", node {node}" if node else "")
     if not cells:
         return f"sonde report: whole session, {where}"
-    if len(cells) == 1:
-        return f"sonde report: cell [{cells[0].index}], {where}"
-    return f"sonde report: cells [{cells[0].index}]..[{cells[-1].index}], {where}"
+    return f"sonde report: {cells_label(cells)}, {where}"
 
 
 EMPTY = ("no samples in this range (shorter than the interval, or the monitor was not running)")

@@ -3,8 +3,11 @@ session export/import.
 
 A session on disk is a sonde run directory (src/sinks/csv_run_dir.cpp): manifest.json, one
 perf_<level>.csv per level (header `time,wallclock,<columns>`, NaN as an empty field), plus
-cell_history.csv (`index,start_wallclock,end_wallclock,code`, RFC 4180 quoting), so that
-`sonde report DIR` reads it too. A .zip holds the same files at its root.
+cell_history.csv (`index,start_wallclock,end_wallclock,code`, RFC 4180 quoting; `index` is the
+cell_index), so that `sonde report DIR` reads it too; the cells' execution counts are the
+manifest's `cell_execution_counts` (a list in the order of cell_history.csv, null where a cell had
+none), which keeps cell_history.csv as every sonde reads it. A .zip holds the same files at its
+root.
 """
 
 import csv
@@ -12,6 +15,7 @@ import io
 import json
 import math
 import os
+import re
 import stat as _stat
 import tempfile
 import time
@@ -25,6 +29,17 @@ CELL_COLUMNS = ["index", "start_wallclock", "end_wallclock", "code"]
 # perfdata `time` column), the wall-clock times follow; cell_magics lists the line magics called.
 JUMPER_CELL_COLUMNS = ["cell_index", "raw_cell", "start_time", "end_time", "duration",
                        "wallclock_start_time", "wallclock_end_time", "cell_magics"]
+# sonde's cell history DataFrame: JUmPER's columns, then IPython's execution count (the n of
+# `In [n]`; <NA> for a cell without one, as a `with service.monitored():` block).
+CELL_HISTORY_COLUMNS = JUMPER_CELL_COLUMNS + ["execution_count"]
+# --cell In[7] (also `In [7]`, `in[7]`): a cell by its execution count.
+_EXEC_COUNT = re.compile(r"in\s*\[\s*(\d+)\s*\]", re.IGNORECASE)
+
+
+def label(cell):
+    """`[1] (In [3])`: a cell's cell_index and, when it has one, its execution count."""
+    n = cell.execution_count
+    return f"[{cell.index}]" + (f" (In [{n}])" if n is not None else "")
 
 
 class UsageError(Exception):
@@ -73,26 +88,66 @@ class CellHistory:
         self.cells.append(rec)
         return rec
 
+    def numbering(self):
+        """`cell indices 0..7; execution counts In [2]..In [9]` (for messages)."""
+        if not self.cells:
+            return "no cells"
+        out = f"cell indices {self.cells[0].index}..{self.cells[-1].index}"
+        counts = [c.execution_count for c in self.cells if c.execution_count is not None]
+        if counts:
+            out += f"; execution counts In [{min(counts)}]..In [{max(counts)}]"
+        return out
+
+    def by_count(self, n, side):
+        """The cell_index of the cell that ran as In [n] (side "="), of the first cell that ran
+        at In [n] or later (">="), of the last at In [n] or earlier ("<=")."""
+        with_counts = [c for c in self.cells if c.execution_count is not None]
+        if not with_counts:
+            raise UsageError(f"--cell In[{n}]: no cell of this history has an execution count "
+                             f"(address them by cell_index: {self.numbering()})")
+        if side == "=":
+            found = [c for c in with_counts if c.execution_count == n]
+            if not found:
+                raise UsageError(f"--cell In[{n}]: no recorded cell ran as In [{n}] "
+                                 f"({self.numbering()}; %show_cell_history lists them)")
+            return found[-1].index
+        if side == ">=":
+            found = [c for c in with_counts if c.execution_count >= n]
+            if not found:
+                raise UsageError(f"--cell: In[{n}] is beyond the last cell ({self.numbering()})")
+            return found[0].index
+        found = [c for c in with_counts if c.execution_count <= n]
+        if not found:
+            raise UsageError(f"--cell: In[{n}] is before the first recorded cell "
+                             f"({self.numbering()})")
+        return found[-1].index
+
     def select(self, spec):
         """Cells addressed as JUmPER's parser does (core/parsers.py parse_cell_range): `5` (the
         cell with cell_index 5), `2:8` (inclusive), `:5`, `3:`; cell_index is the position in the
         history, from 0. JUmPER refuses negative numbers; sonde reads them (unambiguously) from
-        the end: `-1` is the last cell, `-3:` the last three."""
+        the end: `-1` is the last cell, `-3:` the last three. A bound may also be an execution
+        count, `In[7]` (IPython's `In [7]`): `In[7]` is the cell that ran as In [7],
+        `In[3]:In[7]` the cells that ran from In [3] to In [7]."""
         spec = (spec or "").strip()
         if not self.cells:
             raise UsageError("no cells have been recorded yet")
         n = len(self.cells)
         last = self.cells[-1].index
 
-        def bound(text, default):
+        def bound(text, default, side="="):
             text = text.strip()
             if text == "":
                 return default
+            m = _EXEC_COUNT.fullmatch(text)
+            if m:
+                return self.by_count(int(m.group(1)), side)
             try:
                 v = int(text)
             except ValueError:
                 raise UsageError(f"--cell: '{spec}' is not a cell index or range "
-                                 "(expected N, A:B, :B or A:; e.g. 5, 2:8, :5, 3:)") from None
+                                 "(expected N, A:B, :B or A:; e.g. 5, 2:8, :5, 3:, or an "
+                                 "execution count In[7], In[3]:In[7])") from None
             if v < 0:
                 if -v > n:
                     raise UsageError(f"--cell: {v} reaches before the first recorded cell "
@@ -104,7 +159,7 @@ class CellHistory:
             a, _, b = spec.partition(":")
             if ":" in b:
                 raise UsageError(f"--cell: '{spec}' has more than one ':' (expected A:B)")
-            lo, hi = bound(a, self.cells[0].index), bound(b, last)
+            lo, hi = bound(a, self.cells[0].index, ">="), bound(b, last, "<=")
         else:
             if spec == "":
                 raise UsageError("--cell: expected a cell index or range")
@@ -112,12 +167,11 @@ class CellHistory:
         if lo > hi:
             raise UsageError(f"--cell: empty range '{spec}' (start {lo} is after end {hi})")
         if hi > last:
-            raise UsageError(f"--cell: '{spec}' is beyond the last cell (cell indices "
-                             f"{self.cells[0].index}..{last})")
+            raise UsageError(f"--cell: '{spec}' is beyond the last cell ({self.numbering()}; "
+                             "--cell In[n] takes an execution count)")
         chosen = [c for c in self.cells if lo <= c.index <= hi]
         if not chosen:
-            raise UsageError(f"--cell: no recorded cell in '{spec}' "
-                             f"(cell indices {self.cells[0].index}..{last})")
+            raise UsageError(f"--cell: no recorded cell in '{spec}' ({self.numbering()})")
         return chosen
 
     def last_long_cell(self, min_duration):
@@ -129,9 +183,10 @@ class CellHistory:
         return None
 
     def dataframe(self):
-        """JUmPER's cell history DataFrame (JUMPER_CELL_COLUMNS). A cell read back from a run
-        directory has no perf_counter times: start_time/end_time are then its wall-clock times
-        (duration stays right)."""
+        """JUmPER's cell history DataFrame (JUMPER_CELL_COLUMNS), then the execution count
+        (CELL_HISTORY_COLUMNS; Int64, <NA> for none). A cell read back from a run directory has
+        no perf_counter times: start_time/end_time are then its wall-clock times (duration
+        stays right)."""
         import pandas as pd
 
         rows = []
@@ -139,8 +194,15 @@ class CellHistory:
             st = c.start_time if math.isfinite(c.start_time) else c.start_wallclock
             et = c.end_time if math.isfinite(c.end_time) else c.end_wallclock
             rows.append((c.index, c.code, st, et, et - st, c.start_wallclock, c.end_wallclock,
-                         list(c.cell_magics)))
-        return pd.DataFrame(rows, columns=JUMPER_CELL_COLUMNS)
+                         list(c.cell_magics), c.execution_count))
+        df = pd.DataFrame(rows, columns=CELL_HISTORY_COLUMNS)
+        df["execution_count"] = pd.array([c.execution_count for c in self.cells], dtype="Int64")
+        return df
+
+    def execution_counts(self):
+        """The cells' execution counts in order (None for none): the manifest's
+        cell_execution_counts."""
+        return [c.execution_count for c in self.cells]
 
     def export(self, path):
         """%perfmonitor_export_cell_history --file: JSON (a list of records) for .json, CSV for
@@ -154,8 +216,11 @@ class CellHistory:
             raise UsageError(f"--file: unsupported format '{fmt}' (expected .csv or .json)")
         df = self.dataframe()
         if fmt == "json":
+            records = df.to_dict("records")
+            for r, c in zip(records, self.cells):
+                r["execution_count"] = c.execution_count  # null, not pandas' <NA>
             with open(path, "w") as f:
-                _json.dump(df.to_dict("records"), f, indent=2)
+                _json.dump(records, f, indent=2)
         else:
             df.to_csv(path, index=False)
         return path
@@ -171,9 +236,11 @@ class CellHistory:
             w.writerow([c.index, f"{c.start_wallclock:.6f}", f"{c.end_wallclock:.6f}", c.code])
 
     @classmethod
-    def read_csv(cls, path):
+    def read_csv(cls, path, execution_counts=None):
         """Reads cell_history.csv (sonde's columns, or JUmPER's cell_index, raw_cell,
-        wallclock_start_time, wallclock_end_time)."""
+        wallclock_start_time, wallclock_end_time, and sonde's execution_count when there).
+        `execution_counts`: the manifest's cell_execution_counts, one per row (sonde's columns
+        have none; a session exported before they were stored has no execution counts)."""
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
             fields = reader.fieldnames or []
@@ -185,15 +252,26 @@ class CellHistory:
             else:
                 raise UsageError(f"{path}: expected the columns {','.join(CELL_COLUMNS)}, "
                                  f"got {','.join(fields)}")
-            cells = []
+            cells, stored = [], []
             for line, row in enumerate(reader, start=2):
                 try:
+                    stored.append(int(float(row[names[0]])))
+                    count = (row.get("execution_count") or "").strip()
                     cells.append(CellRecord(len(cells), float(row[names[1]]),
                                             float(row[names[2]]), row[names[3]] or "",
-                                            execution_count=int(float(row[names[0]]))))
+                                            execution_count=int(float(count)) if count
+                                            else None))
                 except (TypeError, ValueError):
                     raise UsageError(f"{path}:{line}: expected a cell number and two "
                                      "wall-clock times") from None
+        if names is CELL_COLUMNS and execution_counts is None and stored != list(range(len(cells))):
+            # A session exported before the magics numbered cells as JUmPER (cell_index): its
+            # `index` column holds the execution counts.
+            execution_counts = stored
+        if isinstance(execution_counts, list) and len(execution_counts) == len(cells):
+            for c, n in zip(cells, execution_counts):
+                c.execution_count = int(n) if isinstance(n, (int, float)) and \
+                    not isinstance(n, bool) and math.isfinite(n) else None
         return cls(cells)
 
 
@@ -396,6 +474,9 @@ def _write_dir(data, history, directory):
     manifest["complete"] = True
     manifest["cells"] = len(history)
     manifest["cell_history"] = "cell_history.csv"
+    # The execution counts (In [n]) of the rows of cell_history.csv: in the manifest, so that
+    # cell_history.csv keeps the four columns every sonde reads.
+    manifest["cell_execution_counts"] = history.execution_counts()
     with _open_new(directory, "cell_history.csv") as f:
         history.write_csv_to(f)
     with _open_new(directory, "manifest.json") as f:
@@ -452,7 +533,8 @@ def import_session(path):
         raise UsageError(f"{path}: no perf_<level>.csv files")
     nodes = _read_nodes(directory, manifest, mpath)
     hpath = os.path.join(directory, "cell_history.csv")
-    history = CellHistory.read_csv(hpath) if os.path.exists(hpath) else CellHistory()
+    history = CellHistory.read_csv(hpath, manifest.get("cell_execution_counts")) \
+        if os.path.exists(hpath) else CellHistory()
     return StoredData(directory, manifest, frames, tmp, nodes), history
 
 

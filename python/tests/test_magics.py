@@ -222,9 +222,21 @@ def outputs_with(outputs, mime):
 
 
 def test_plot(run, shell, tmp_path):
-    # Without --level: JUmPER's plot widget (ipywidgets), drawn once with plotly (the default)
+    # Without --level, and no widget front end (this shell has no kernel, as terminal IPython):
+    # the widget's static stand-in, a PNG (test_notebook.py: the same under nbconvert --execute)
+    magics_of(shell).last_widget = None
     _, err, outputs = run("%perfmonitor_plot")
-    assert err == ""  # (the widget's own output needs a kernel: test_notebook.py checks it)
+    assert err == "" and has_png(outputs) and magics_of(shell).last_widget is None
+    assert not outputs_with(outputs, "application/vnd.jupyter.widget-view+json")
+    assert magics_of(shell).last_widget_fallback == "not in a Jupyter kernel"
+    assert magics_of(shell).backend == "plotly"  # the stand-in does not change the choice
+    # JUmPER's plot widget (ipywidgets), where a front end draws it: drawn once with plotly
+    magics_of(shell).plot_widget = True
+    try:
+        _, err, outputs = run("%perfmonitor_plot")
+    finally:
+        magics_of(shell).plot_widget = None
+    assert err == ""  # (the widget's own output needs a kernel)
     w = magics_of(shell).last_widget
     assert w.draws == 1 and w.error is None
     lo, hi = w.range.value
@@ -270,6 +282,7 @@ def test_live_plot(run, shell):
     assert err == ""
     lp = magics_of(shell).live_plots[-1]
     assert lp.interval == 0.2 and lp.window == 30 and lp.running
+    assert lp.button is None  # no widget front end: no stop button
     first = lp.frames
     run("busy(1.0)")  # the plot redraws while this cell runs
     deadline = time.monotonic() + 10
@@ -330,28 +343,33 @@ def test_export_perfdata(run, shell, tmp_path):
 
 JUMPER_CELL_COLUMNS = ["cell_index", "raw_cell", "start_time", "end_time", "duration",
                        "wallclock_start_time", "wallclock_end_time", "cell_magics"]
+# JUmPER's columns, then IPython's execution count
+CELL_COLUMNS = JUMPER_CELL_COLUMNS + ["execution_count"]
 
 
 def test_export_cell_history(run, shell, tmp_path):
     run("%perfmonitor_export_cell_history")
     df = shell.user_ns["cell_history_df"]
-    assert list(df.columns) == JUMPER_CELL_COLUMNS
+    assert list(df.columns) == CELL_COLUMNS
     assert list(df["cell_index"]) == list(range(len(df)))  # positions, from 0
+    assert list(df["execution_count"]) == [c.execution_count  # (this cell came after)
+                                           for c in magics_of(shell).history.cells][:-1]
     row = df[df["raw_cell"].str.contains("busy\\(1.2\\)")].iloc[0]
     assert row["duration"] == pytest.approx(row["end_time"] - row["start_time"])
     assert 1.1 < row["duration"] < 10
     assert ["perfmonitor_start 0.1 --levels process,user,system"] in list(df["cell_magics"])
     f = tmp_path / "cells.csv"
     run(f"%perfmonitor_export_cell_history --file {f}")
-    assert f.read_text().startswith(",".join(JUMPER_CELL_COLUMNS))
+    assert f.read_text().startswith(",".join(CELL_COLUMNS))
     j = tmp_path / "cells.json"
     run(f"%perfmonitor_export_cell_history {j}")
-    assert json.loads(j.read_text())[0]["cell_index"] == 0
+    records = json.loads(j.read_text())
+    assert records[0]["cell_index"] == 0
+    assert records[0]["execution_count"] == magics_of(shell).history.cells[0].execution_count
     run(f"%perfmonitor_export_cell_history --file {tmp_path / 'hist'}")
     assert (tmp_path / "hist.csv").is_file()
     out, err, _ = run(f"%perfmonitor_load_cell_history {j}")
-    assert err == "" and list(shell.user_ns["loaded_cell_history_df"].columns) == \
-        JUMPER_CELL_COLUMNS
+    assert err == "" and list(shell.user_ns["loaded_cell_history_df"].columns) == CELL_COLUMNS
     (tmp_path / "perf.csv").write_text("time,memory\n1,2\n")
     _, err, _ = run(f"%perfmonitor_load_cell_history {tmp_path / 'perf.csv'}")
     assert "missing the columns cell_index, raw_cell" in err
@@ -365,6 +383,48 @@ def test_cell_addressing_as_jumper(run, shell):
     assert [c.index for c in hist.select("2:4")] == [2, 3, 4]
     assert hist.select(":1")[-1].index == 1
     assert hist.select("-1")[0] is hist.cells[-1]
+
+
+def test_cell_execution_counts(run, shell):
+    """IPython's execution count next to JUmPER's cell_index: in the reports and the cell table,
+    and --cell In[n] addresses a cell by it (terminal IPython shows In [n] only)."""
+    hist = magics_of(shell).history
+    c = [c for c in hist.cells if "busy(1.2)" in c.code][0]
+    n = c.execution_count
+    # %load_ext sonde ran as In [1] and is not in the history: the counts run ahead
+    assert n is not None and n > c.index
+    assert [x.execution_count for x in hist.cells] == list(
+        range(hist.cells[0].execution_count, hist.cells[0].execution_count + len(hist)))
+    assert hist.select(f"In[{n}]") == [c]
+    assert hist.select(f"in [{n}]") == [c]
+    assert hist.select(f"In[{n}]:")[0] is c and hist.select(f":In[{n}]")[-1] is c
+    assert hist.select(f"{c.index}:In[{n}]") == [c]
+    assert hist.select(f"In[{n - 1}]:In[{n}]") == hist.select(f"{c.index - 1}:{c.index}")
+    label = f"cell [{c.index}] (In [{n}])"
+    # HTML for a notebook and the text report for a front end without HTML, one display
+    _, err, outputs = run(f"%perfmonitor_perfreport --cell In[{n}]")
+    assert err == "" and label in html_of(outputs)
+    plain = "".join(data_of(o).get("text/plain", "") for o in outputs)
+    assert plain.startswith(f"sonde report: {label}, process level") and "CPU" in plain
+    assert "IPython.core.display.HTML" not in plain
+    out, err, _ = run(f"%perfmonitor_perfreport --cell In [{n}] --text")  # IPython's spelling
+    assert err == "" and out.startswith(f"sonde report: {label}, process level"), err
+    out, err, _ = run(f"%perfmonitor_perfreport --cell {c.index}:{c.index + 1} --text")
+    assert out.startswith(f"sonde report: cells [{c.index}]..[{c.index + 1}] "
+                          f"(In [{n}]..In [{n + 1}]), process level"), out
+    # the cell table: both numbers
+    _, err, outputs = run("%show_cell_history")
+    assert err == "" and "execution_count" in html_of(outputs)
+    first = hist.cells[0].execution_count
+    for bad, message in ((f"In[{first - 1}]", f"no recorded cell ran as In [{first - 1}]"),
+                         ("In[99999]:", "In[99999] is beyond the last cell"),
+                         (":In[0]", "In[0] is before the first recorded cell"),
+                         ("In[x]", "is not a cell index or range")):
+        _, err, _ = run(f"%perfmonitor_perfreport --cell {bad}")
+        assert err.startswith("sonde: error:") and message in err, (bad, err)
+    # the message when a cell_index is beyond the last: both numberings
+    _, err, _ = run("%perfmonitor_perfreport --cell 9999")
+    assert f"execution counts In [{first}]..In [" in err and "--cell In[n]" in err, err
 
 
 def test_write_script(run, shell, tmp_path):
@@ -437,6 +497,9 @@ def test_stop_then_reports_and_session(run, shell, tmp_path):
             "cell_history.csv"} <= names
     man = json.loads((d / "manifest.json").read_text())
     assert man["levels"] == ["process", "user", "system"]
+    # the execution counts of the cells before the export cell (cell_history.csv as before)
+    counts = [c.execution_count for c in magics_of(shell).history.cells][:-1]
+    assert man["cell_execution_counts"] == counts and None not in counts
     assert man["files"]["process"] == "perf_process.csv"
     assert (d / "cell_history.csv").read_text().startswith("index,start_wallclock,end_wallclock,code")
     _, err, _ = run(f"%export_session {d}")
@@ -457,6 +520,7 @@ def test_stop_then_reports_and_session(run, shell, tmp_path):
     for path in (d, z):
         out, err, _ = run(f"%import_session {path}")
         assert "imported" in out, err
+        assert [c.execution_count for c in magics_of(shell).history.cells][:len(counts)] == counts
         after = magics_of(shell).summary(magics_of(shell).history.select(str(n)))
         for key in ("cpu", "memory"):
             assert report.metric(after, "process", key) == pytest.approx(
@@ -481,3 +545,40 @@ def test_import_bad_inputs(run, tmp_path):
     (tmp_path / "f.txt").write_text("x")
     _, err, _ = run(f"%import_session {tmp_path / 'f.txt'}")
     assert "expected a session directory or a .zip" in err
+
+
+class _Kernel:
+    def __init__(self, allow_stdin):
+        self._allow_stdin = allow_stdin
+
+
+class _Shell:
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+
+def test_widget_frontend(monkeypatch):
+    """When %perfmonitor_plot draws the widget: in a kernel whose front end draws widgets."""
+    ipywidgets = pytest.importorskip("ipywidgets")
+    from sonde import plot
+
+    monkeypatch.delenv(plot.WIDGET_ENV, raising=False)
+    assert plot.widget_frontend(_Shell(None)) == (False, "not in a Jupyter kernel")
+    W = ipywidgets.Widget
+    if hasattr(W, "_version_validated"):  # ipywidgets 6 (Debian 12)
+        # nobody validated the version: the request tells (nbclient sends allow_stdin false)
+        monkeypatch.setattr(W, "_version_validated", None)
+    assert plot.widget_frontend(_Shell(_Kernel(True))) == (True, "")
+    ok, why = plot.widget_frontend(_Shell(_Kernel(False)))
+    assert not ok and "headless" in why
+    if hasattr(W, "_version_validated"):
+        # the front end's widget manager validated the version (the classic notebook), or
+        # refused it
+        monkeypatch.setattr(W, "_version_validated", True)
+        assert plot.widget_frontend(_Shell(_Kernel(False))) == (True, "")
+        monkeypatch.setattr(W, "_version_validated", False)
+        assert not plot.widget_frontend(_Shell(_Kernel(True)))[0]
+    monkeypatch.setenv(plot.WIDGET_ENV, "on")
+    assert plot.widget_frontend(_Shell(None)) == (True, "")
+    monkeypatch.setenv(plot.WIDGET_ENV, "off")
+    assert not plot.widget_frontend(_Shell(_Kernel(True)))[0]

@@ -1,6 +1,6 @@
-"""examples/notebooks/quickstart.ipynb executed headless by Debian's nbclient (the engine of
-`jupyter nbconvert --execute`) in a kernel running /usr/bin/python3 (this interpreter) with the
-build tree's sonde package."""
+"""examples/notebooks/quickstart.ipynb executed headless by `jupyter nbconvert --to notebook
+--execute` (Debian's nbconvert and nbclient, unpatched) in a kernel running /usr/bin/python3 (this
+interpreter) with the build tree's sonde package."""
 
 import json
 import os
@@ -33,21 +33,16 @@ def outputs_of(cell):
     return "".join(texts), "".join(htmls), pngs
 
 
+# nbclient as `jupyter nbconvert --execute` runs it (the multi-node tests run it this way: inside
+# an sbatch job, test_multinode_live_cluster.py, only a script of its own is at hand).
 RUNNER = """
 import sys
 import nbformat
 from nbclient import NotebookClient
 
-
-class Client(NotebookClient):
-    def on_comm_open_jupyter_widget(self, msg):
-        if "state" not in msg["content"].get("data", {}):
-            return None
-        return super().on_comm_open_jupyter_widget(msg)
-
-
 nb = nbformat.read(sys.argv[1], as_version=4)
-Client(nb, timeout=180, kernel_name="sonde-test", resources={"metadata": {"path": "."}}).execute()
+NotebookClient(nb, timeout=180, kernel_name="sonde-test",
+               resources={"metadata": {"path": "."}}).execute()
 nbformat.write(nb, sys.argv[2])
 """
 
@@ -75,24 +70,30 @@ def test_quickstart_notebook(tmp_path):
     work.mkdir()
     nb_path = work / "quickstart.ipynb"
     shutil.copy(NOTEBOOK, nb_path)
-    # nbclient (what nbconvert --execute runs) with one change: Debian 12's ipywidgets 6 opens
-    # its comms with the older message (no 'state'), on which nbclient's widget-state handler
-    # raises KeyError; such a comm is left to the kernel, as a front end without the widget
-    # manager would.
+    # The command a user runs, unpatched: no widget manager on the other side (nbclient), so
+    # the plot widget and the live plot's button must not be widgets (Debian 12's nbclient 0.7
+    # aborts the whole run, --allow-errors or not, on a comm_open of Debian's ipywidgets 6:
+    # KeyError: 'state').
+    jupyter = shutil.which("jupyter")
+    assert jupyter, "jupyter (jupyter-core, with jupyter-nbconvert: scripts/install-deps --tests)"
     proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(nb_path), str(work / "executed.ipynb")],
+        [jupyter, "nbconvert", "--to", "notebook", "--execute",
+         "--ExecutePreprocessor.timeout=180", "--ExecutePreprocessor.kernel_name=sonde-test",
+         "--output", "executed.ipynb", str(nb_path)],
         cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "KeyError" not in proc.stderr, proc.stderr[-3000:]
     nb = nbformat.read(str(work / "executed.ipynb"), as_version=4)
     cells = {c.execution_count: c for c in nb.cells if c.cell_type == "code"}
 
     text, _, _ = outputs_of(cells[2])
     assert "monitoring pid" in text
 
-    # The HTML report of the CPU cell (cell_index 1, JUmPER's numbering): a table whose CPU row
-    # has a non-zero mean.
-    _, html, _ = outputs_of(cells[5])
-    assert "sonde-report-table" in html and "cell [1]" in html
+    # The HTML report of the CPU cell (cell_index 1, JUmPER's numbering; In [3], IPython's): a
+    # table whose CPU row has a non-zero mean, and its text form for front ends without HTML.
+    text, html, _ = outputs_of(cells[5])
+    assert "sonde-report-table" in html and "cell [1] (In [3])" in html
+    assert text.startswith("sonde report: cell [1] (In [3]), process level"), text
     m = re.search(r"CPU utilisation \(%\)</th><td[^>]*>([0-9.]+)</td>", html)
     assert m, html
     assert float(m.group(1)) > 1  # percent of the available CPUs; one core busy (or what the
@@ -100,8 +101,10 @@ def test_quickstart_notebook(tmp_path):
     m = re.search(r"CPU \(cores\)</th><td[^>]*>([0-9.]+)</td>", html)
     assert m and float(m.group(1)) > 0.01, html
 
-    # The text report of cells 1..2: the CPU row and the memory peak of the 300 MiB cell.
+    # The text report of cells 1..2, addressed as In[3]:In[4]: the CPU row and the memory peak
+    # of the 300 MiB cell.
     text, _, _ = outputs_of(cells[6])
+    assert text.startswith("sonde report: cells [1]..[2] (In [3]..In [4]), process level"), text
     cpu = [ln for ln in text.splitlines() if ln.startswith("CPU utilisation (%)")]
     mem = [ln for ln in text.splitlines() if ln.startswith("Memory (GiB)")]
     assert cpu and float(cpu[0][28:].split()[0]) > 1, text  # mean
@@ -112,10 +115,13 @@ def test_quickstart_notebook(tmp_path):
     fig = mimes(cells[7], "application/vnd.plotly.v1+json")
     assert fig and {"cpu_util_avg", "memory"} <= {t.get("name") for t in fig[0]["data"]}
     assert (work / "quickstart.jpg").read_bytes()[:3] == b"\xff\xd8\xff"
-    # The plot widget (ipywidgets), and the live plot (its PNG display and its stop button).
-    assert mimes(cells[8], "application/vnd.jupyter.widget-view+json")
+    # The plot widget without a widget front end: its static stand-in, a PNG the executed
+    # notebook keeps; the live plot: its PNG display, no stop button (a widget).
+    _, _, pngs = outputs_of(cells[8])
+    assert pngs and not mimes(cells[8], "application/vnd.jupyter.widget-view+json")
     _, _, pngs = outputs_of(cells[9])
-    assert pngs and mimes(cells[9], "application/vnd.jupyter.widget-view+json")
+    assert pngs and not mimes(cells[9], "application/vnd.jupyter.widget-view+json")
+    assert "widgets" not in nb.metadata  # no widget state stored
 
     # JUmPER's DataFrames: perfdata_df with cell_index (the CPU cell has its samples),
     # cell_history_df with JUmPER's columns, the files loaded back.
@@ -150,4 +156,7 @@ def test_quickstart_notebook(tmp_path):
         assert (sess / name).is_file(), name
     hist = (sess / "cell_history.csv").read_text().splitlines()
     assert hist[0] == "index,start_wallclock,end_wallclock,code"
+    # cell_index 0 is In [2] (the start cell): the execution counts are in the manifest
+    counts = json.loads((sess / "manifest.json").read_text())["cell_execution_counts"]
+    assert counts[:3] == [2, 3, 4], counts
     assert sum(1 for ln in (sess / "perf_process.csv").read_text().splitlines()) > 20

@@ -45,3 +45,19 @@ def test_export_refuses_a_linked_directory(tmp_path):
     with pytest.raises(UsageError):
         export_session(FakeData(), CellHistory(), tmp_path / "link")
     assert os.listdir(tmp_path / "real") == []
+
+
+def test_cell_history_execution_counts(tmp_path):
+    """cell_history.csv keeps its four columns (every sonde reads it); the execution counts are
+    the manifest's cell_execution_counts. A session exported before either: its `index` held the
+    execution counts when they were not the positions."""
+    p = tmp_path / "cell_history.csv"
+    p.write_text("index,start_wallclock,end_wallclock,code\n0,1.0,2.0,a\n1,2.0,3.0,b\n")
+    h = CellHistory.read_csv(str(p), [5, None])
+    assert [c.index for c in h.cells] == [0, 1]
+    assert [c.execution_count for c in h.cells] == [5, None]
+    assert [c.execution_count for c in CellHistory.read_csv(str(p)).cells] == [None, None]
+    p.write_text("index,start_wallclock,end_wallclock,code\n3,1.0,2.0,a\n4,2.0,3.0,b\n")
+    h = CellHistory.read_csv(str(p))
+    assert [(c.index, c.execution_count) for c in h.cells] == [(0, 3), (1, 4)]
+    assert h.select("In[4]")[0].code == "b" and h.select("1")[0].code == "b"

@@ -30,11 +30,14 @@ struct LevelTable {
 /// One executed notebook cell (cell_history.csv of a Jupyter session).
 ///
 /// cell_history.csv (written by the Jupyter package next to manifest.json) is RFC 4180 CSV with
-/// the header `index,start_wallclock,end_wallclock,code`: the execution count (integer), the
-/// cell's start and end as epoch seconds, and its source code, quoted with `"` (a `"` inside is
-/// doubled; newlines allowed inside the quotes). A truncated last record is skipped.
+/// the header `index,start_wallclock,end_wallclock,code`: the cell number (integer: JUmPER's
+/// cell_index, the position from 0, whose execution counts are the manifest's
+/// cell_execution_counts; the execution count itself in sessions exported before the magics
+/// numbered cells as JUmPER), the cell's start and end as epoch seconds, and its source code,
+/// quoted with `"` (a `"` inside is doubled; newlines allowed inside the quotes). A truncated
+/// last record is skipped.
 struct CellRecord {
-  int index = 0;  ///< execution count
+  int index = 0;  ///< cell_index (older sessions: the execution count)
   double start_wallclock = 0, end_wallclock = 0;
   std::string code;
 };
