@@ -29,14 +29,18 @@ struct State {
   std::vector<int> size_failures;             // per device: insufficient-size answers this round
   std::vector<unsigned long long> util_call;  // per device: process-utilisation call count
 };
+// Never destroyed: sonde may exit while a watchdog worker it abandoned is still inside a call
+// (by design, the worker's collector is leaked, not torn down), and a static State destroyed by
+// the exit handlers under that call was a use-after-free in the fake, not in sonde (ASan,
+// Signals/SignalOnGpuNode.StreamEndsWithStatus0/TERM, once in a fresh-clone run).
 State& state() {
-  static State s;
+  static State& s = *new State;
   return s;
 }
 
 nvmlReturn_t code_of(const json& v) {
   if (v.is_number_integer()) return static_cast<nvmlReturn_t>(v.get<int>());
-  static const std::map<std::string, nvmlReturn_t> names = {
+  static const auto& names = *new std::map<std::string, nvmlReturn_t>{
       {"UNINITIALIZED", NVML_ERROR_UNINITIALIZED},
       {"NOT_SUPPORTED", NVML_ERROR_NOT_SUPPORTED},
       {"NO_PERMISSION", NVML_ERROR_NO_PERMISSION},
@@ -44,7 +48,7 @@ nvmlReturn_t code_of(const json& v) {
       {"LIBRARY_NOT_FOUND", NVML_ERROR_LIBRARY_NOT_FOUND},
       {"GPU_IS_LOST", NVML_ERROR_GPU_IS_LOST},
       {"RESET_REQUIRED", NVML_ERROR_RESET_REQUIRED},
-      {"UNKNOWN", NVML_ERROR_UNKNOWN}};
+      {"UNKNOWN", NVML_ERROR_UNKNOWN}};  // never destroyed, as state()
   auto it = names.find(v.get<std::string>());
   return it == names.end() ? NVML_ERROR_UNKNOWN : it->second;
 }
