@@ -2,9 +2,11 @@
 // point, and with -DSONDE_FAKE_NO_V3 without the _v3 process calls (an older driver).
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -29,26 +31,25 @@ struct State {
   std::vector<int> size_failures;             // per device: insufficient-size answers this round
   std::vector<unsigned long long> util_call;  // per device: process-utilisation call count
 };
-// Never destroyed: sonde may exit while a watchdog worker it abandoned is still inside a call
-// (by design, the worker's collector is leaked, not torn down), and a static State destroyed by
-// the exit handlers under that call was a use-after-free in the fake, not in sonde (ASan,
+// Never destroyed (fake::immortal): a static State destroyed by the exit handlers under a call
+// from an abandoned worker was a use-after-free in the fake (ASan,
 // Signals/SignalOnGpuNode.StreamEndsWithStatus0/TERM, once in a fresh-clone run).
 State& state() {
-  static State& s = *new State;
+  static State& s = fake::immortal(new State);
   return s;
 }
 
 nvmlReturn_t code_of(const json& v) {
   if (v.is_number_integer()) return static_cast<nvmlReturn_t>(v.get<int>());
-  static const auto& names = *new std::map<std::string, nvmlReturn_t>{
-      {"UNINITIALIZED", NVML_ERROR_UNINITIALIZED},
-      {"NOT_SUPPORTED", NVML_ERROR_NOT_SUPPORTED},
-      {"NO_PERMISSION", NVML_ERROR_NO_PERMISSION},
-      {"DRIVER_NOT_LOADED", NVML_ERROR_DRIVER_NOT_LOADED},
-      {"LIBRARY_NOT_FOUND", NVML_ERROR_LIBRARY_NOT_FOUND},
-      {"GPU_IS_LOST", NVML_ERROR_GPU_IS_LOST},
-      {"RESET_REQUIRED", NVML_ERROR_RESET_REQUIRED},
-      {"UNKNOWN", NVML_ERROR_UNKNOWN}};  // never destroyed, as state()
+  static const auto& names = fake::immortal(
+      new std::map<std::string, nvmlReturn_t>{{"UNINITIALIZED", NVML_ERROR_UNINITIALIZED},
+                                              {"NOT_SUPPORTED", NVML_ERROR_NOT_SUPPORTED},
+                                              {"NO_PERMISSION", NVML_ERROR_NO_PERMISSION},
+                                              {"DRIVER_NOT_LOADED", NVML_ERROR_DRIVER_NOT_LOADED},
+                                              {"LIBRARY_NOT_FOUND", NVML_ERROR_LIBRARY_NOT_FOUND},
+                                              {"GPU_IS_LOST", NVML_ERROR_GPU_IS_LOST},
+                                              {"RESET_REQUIRED", NVML_ERROR_RESET_REQUIRED},
+                                              {"UNKNOWN", NVML_ERROR_UNKNOWN}});
   auto it = names.find(v.get<std::string>());
   return it == names.end() ? NVML_ERROR_UNKNOWN : it->second;
 }
@@ -102,10 +103,24 @@ std::vector<nvmlProcessInfo_t> processes(const json& dev, const char* key) {
 
 // SONDE_FAKE_GPU_HANG_FILE: while that file exists, the process lists do not return (a driver
 // stuck in a call), looked at every 20 ms.
+// While a call hangs, the library's destructors (run by exit() or dlclose) write
+// "<hang file>.torn-down" and abort: a real driver torn down under a live call may crash, and a
+// process that ran its exit handlers there would end in that crash after a complete run.
+std::atomic<int> g_hanging{0};
+
 void hang_while_the_file_exists() {
   const char* f = std::getenv("SONDE_FAKE_GPU_HANG_FILE");
   if (f == nullptr || *f == '\0') return;
+  g_hanging.fetch_add(1);
   while (::access(f, F_OK) == 0) ::usleep(20000);
+  g_hanging.fetch_sub(1);
+}
+
+__attribute__((destructor)) void torn_down_under_a_call() {
+  if (g_hanging.load() == 0) return;
+  const char* f = std::getenv("SONDE_FAKE_GPU_HANG_FILE");
+  if (f != nullptr) std::ofstream(std::string(f) + ".torn-down") << "torn down under a call\n";
+  std::abort();
 }
 
 // The process calls, sized and filled the NVML way. "insufficient_size_rounds": N makes the

@@ -23,12 +23,11 @@ struct State {
   json scenario;
   fake::Pids pids;
 };
-// Never destroyed: sonde may exit while a watchdog worker it abandoned is still inside a call
-// (by design, the worker's collector is leaked, not torn down), and a static State destroyed by
-// the exit handlers under that call was a use-after-free in the fake, not in sonde (ASan,
+// Never destroyed (fake::immortal): a static State destroyed by the exit handlers under a call
+// from an abandoned worker was a use-after-free in the fake (ASan,
 // Signals/SignalOnGpuNode.StreamEndsWithStatus0/TERM, once in a fresh-clone run).
 State& state() {
-  static State& s = *new State;
+  static State& s = fake::immortal(new State);
   return s;
 }
 
