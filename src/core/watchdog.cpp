@@ -18,6 +18,9 @@ std::int64_t to_ns(double seconds) {
   return static_cast<std::int64_t>(std::max(0.0, seconds) * 1e9);
 }
 
+// Abandoned threads of every watchdog of the process still inside their call.
+std::atomic<std::uint64_t> g_still_inside{0};
+
 Clock::time_point at_ns(std::int64_t ns) {
   return Clock::time_point(
       std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
@@ -87,6 +90,10 @@ std::uint64_t Watchdog::abandoned() const {
   return state_->abandoned.load();
 }
 
+std::uint64_t Watchdog::abandoned_still_inside() {
+  return g_still_inside.load();
+}
+
 void Watchdog::start(std::vector<Call> calls) {
   auto batch = std::make_shared<Batch>();
   batch->reports.resize(calls.size());
@@ -131,7 +138,10 @@ void Watchdog::work(std::shared_ptr<State> s, std::uint64_t generation) {
       lock.lock();
       // Abandoned while in the call: the watcher reported it and a fresh worker went on; nothing
       // of this call is published.
-      if (generation != s->generation) return;
+      if (generation != s->generation) {
+        g_still_inside.fetch_sub(1);
+        return;
+      }
       b->reports[i] = {Outcome::done, static_cast<double>(t1 - t0) * 1e-9};
     }
     b->next = i + 1;
@@ -162,7 +172,8 @@ const std::vector<Watchdog::Report>& Watchdog::wait() {
           static_cast<double>(now - b->started_ns.load(std::memory_order_relaxed)) * 1e-9};
       ++state_->generation;
       state_->abandoned.fetch_add(1);
-      state_->worker.detach();  // it owns the state and the batch it uses
+      g_still_inside.fetch_add(1);  // taken off by the worker, under m, when its call returns
+      state_->worker.detach();      // it owns the state and the batch it uses
       b->next = i + 1;
       if (b->next == b->calls.size()) b->done = true;
       spawn_worker();

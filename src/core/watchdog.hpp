@@ -63,6 +63,10 @@ class Watchdog {
   bool busy(std::size_t slot) const;
   /// Worker threads abandoned so far (each was, or still is, stuck in one call).
   std::uint64_t abandoned() const;
+  /// Abandoned threads of all watchdogs in the process that are still inside their call. While
+  /// one is, the process must not run its exit handlers: they would destroy the stuck code's
+  /// static state (a driver's) under it. cli's main() ends with _Exit then.
+  static std::uint64_t abandoned_still_inside();
 
  private:
   struct State;

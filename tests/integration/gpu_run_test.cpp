@@ -144,6 +144,31 @@ TEST(GpuRun, LostGpuLeavesItsColumnsEmpty) {
   EXPECT_EQ(count_equal(sys, "gpu_util_avg", 15).first, sys.rows.size());
 }
 
+// A driver stuck in a call: the gpu collector's worker is abandoned at its deadline, the run goes
+// on and ends complete, and sonde then ends without its exit handlers (which would tear the
+// driver down under the stuck call; the fake aborts if they do, as a real one may crash).
+TEST(GpuRun, DriverStuckInACallAtTheEndIsNotTornDown) {
+  const fs::path dir = scratch_dir();
+  const fs::path hang = dir / "hang";
+  std::ofstream(hang) << "hang\n";
+  RunOptions options;
+  options.env = {{"SONDE_NVML_LIBRARY", SONDE_FAKE_NVML},
+                 {"SONDE_ROCM_SMI_LIBRARY", "/nonexistent/librocm_smi64.so"},
+                 {"SONDE_FAKE_GPU_SCENARIO", scenario("nvidia_workload.json")},
+                 {"SONDE_FAKE_GPU_HANG_FILE", hang.string()}};
+  const RunResult r =
+      run_command({sonde_binary(), "run", "--out", (dir / "out").string(), "--interval", "0.1",
+                   "--levels", "process,system", "--summary-json", (dir / "summary.json").string(),
+                   "--", workload_binary(), "burn", "0.5"},
+                  options);
+  fs::remove(hang);
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_FALSE(fs::exists(hang.string() + ".torn-down")) << r.describe();
+  EXPECT_NE(r.err.find("gpu"), std::string::npos) << "the stuck collector is reported: " << r.err;
+  EXPECT_EQ(read_json(run_dir(dir / "out") / "manifest.json").at("complete"), true);
+  EXPECT_TRUE(read_json(dir / "summary.json").contains("cpu_seconds"));
+}
+
 TEST(GpuRun, WithoutGpusThereAreNoGpuColumns) {
   const GpuRun r = run_with("/nonexistent/libnvidia-ml.so.1", scenario("nvidia_workload.json"),
                             {"sleep", "0.3"});
