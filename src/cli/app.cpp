@@ -277,6 +277,16 @@ int run_cli(int argc, char** argv) {
   report->add_option("--step", prom_step,
                      "with --prometheus: query step in seconds (default: "
                      "at most 11,000 points per series)");
+  CompareOptions compare_options;
+  auto* compare = app.add_subcommand(
+      "compare", "two stored runs side by side: wall, CPU, memory, I/O, GPU, energy, tags");
+  compare->add_option("run_a", compare_options.run_a, "run A: directory, .zip, DB.sqlite[#ID]")
+      ->required();
+  compare->add_option("run_b", compare_options.run_b, "run B: directory, .zip, DB.sqlite[#ID]")
+      ->required();
+  compare->add_flag("--json", compare_options.json, "print one JSON document");
+  compare->add_option("--html", compare_options.html,
+                      "also write an HTML page with the table and both runs' charts overlaid");
   JobstatsOptions jobstats_opts;
   PrometheusOptions jobstats_prom;
   auto* jobstats =
@@ -340,6 +350,7 @@ int run_cli(int argc, char** argv) {
     return write_run_report(report_run, report_out, report_charts, !report_plain, report_node);
   }
   if (*jobstats) return cmd_jobstats(jobstats_prom, jobstats_opts);
+  if (*compare) return cmd_compare(compare_options);
   for (auto* sub : {run, record})
     if (*sub && sub->get_option("--report")->count() > 0) common.report = true;
   if (common.report_file == "-") common.report_file.clear();

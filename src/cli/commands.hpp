@@ -111,6 +111,13 @@ struct RunsOptions {
 int cmd_runs(const RunsOptions& options);
 /// The database `--format sqlite` writes when no --out is given.
 std::string default_sqlite_path(const std::string& out_dir);
+/// `sonde compare RUN_A RUN_B` (src/cli/cmd_compare.cpp).
+struct CompareOptions {
+  std::string run_a, run_b;  ///< run directory, a .zip of one, or DB.sqlite[#ID]
+  bool json = false;         ///< one JSON document instead of the table
+  std::string html;          ///< also write the HTML page there
+};
+int cmd_compare(const CompareOptions& options);
 int cmd_config_show(const CommonOptions& common, bool defaults);
 int cmd_config_check(const std::string& file);
 

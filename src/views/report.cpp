@@ -78,20 +78,6 @@ std::string script_safe(const std::string& json) {
   return out;
 }
 
-std::string html_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 /// gzip (RFC 1952) of `text`, then base64: what DecompressionStream("gzip") reads back in the
 /// browser. The numbers of a long run compress about threefold.
 std::string gzip_base64(const std::string& text) {
@@ -327,6 +313,20 @@ std::string render_report(const RunData& run, const ReportOptions& options) {
 Result<void> write_report(const RunData& run, const ReportOptions& options,
                           const std::string& path) {
   return write_file_atomic(path, render_report(run, options));
+}
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
 }
 
 }  // namespace sonde
