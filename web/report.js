@@ -230,6 +230,36 @@
           " level; job " + ((meta.multinode || {}).job || "–") + ")" }), nt]));
     }
 
+    // ---- the run's processes: which of them used what (summary.processes) --------------------
+    var procs = summary.processes;
+    if (procs && procs.processes && procs.processes.length) {
+      var pt = el("table", { class: "summary processes" });
+      pt.appendChild(el("thead", null, [el("tr", null, ["PID", "CPU time", "Memory peak",
+        "Read", "Written", "Seen", "Command"].map(function (h) { return el("th", { text: h }); }))]));
+      var pb = el("tbody");
+      procs.processes.forEach(function (p) {
+        pb.appendChild(el("tr", null, [el("td", { class: "n", text: String(p.pid) }),
+          el("td", { class: "n", text: num(p.cpu_s, "s") }),
+          el("td", { class: "n", text: num(p.memory_peak_gib, "GiB") }),
+          el("td", { class: "n", text: bytes(p.read_bytes) }),
+          el("td", { class: "n", text: bytes(p.written_bytes) }),
+          el("td", { class: "n", text: duration(p.first_s) + " – " + duration(p.last_s) }),
+          el("td", null, [el("code", { text: p.command.length > 160 ?
+            p.command.slice(0, 157) + "..." : p.command })])]));
+      });
+      if (procs.others)
+        pb.appendChild(el("tr", { class: "others" }, [
+          el("td", { class: "n", text: procs.others.count + " more" }),
+          el("td", { class: "n", text: num(procs.others.cpu_s, "s") }),
+          el("td", { class: "n", text: "≤ " + num(procs.others.memory_peak_gib, "GiB") }),
+          el("td", { class: "n", text: bytes(procs.others.read_bytes) }),
+          el("td", { class: "n", text: bytes(procs.others.written_bytes) }),
+          el("td"), el("td")]));
+      pt.appendChild(pb);
+      app.appendChild(el("section", { class: "card" }, [el("h2", { text: "Processes (" +
+        procs.count + " seen, by CPU time; memory counts shared pages once)" }), pt]));
+    }
+
     if (data.cells && data.cells.length) {
       var ct = el("table", { class: "summary cells" });
       ct.appendChild(el("thead", null, [el("tr", null, ["Cell", "Start", "Duration", "Code"].map(

@@ -247,6 +247,12 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   RunStats stats(engine);
   SinkSet sinks;
   sinks.add(make_stats_sink(stats));
+  // Which of the run's processes used what (the summary's table): the process level's members.
+  std::unique_ptr<ProcessTable> processes;
+  if (engine.active(Level::process) && so.mode != Mode::stream) {
+    processes = std::make_unique<ProcessTable>(roots.proc);
+    sinks.add(make_process_table_sink(*processes, Level::process));
+  }
   RunDirSink* run_dir = nullptr;
   SqliteSink* sqlite = nullptr;
   const std::vector<std::string> target_command = so.mode == Mode::record && target_pid > 0
@@ -421,6 +427,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   }
   outcome.wall_s = monotonic_now() - sampler.start_time();
   outcome.run_dir = sinks.location();
+  if (processes) outcome.processes = processes->json();
 
   RunEnd end;
   end.summary = summary_json(engine, stats, outcome);

@@ -224,8 +224,52 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   gpu_summary(j, in, stats, level, node);
   energy_summary(j, stats, level, node);
   j["tags"] = bottleneck_tags(in);
+  if (outcome.processes.is_object()) {
+    j["processes"] = outcome.processes;
+    // Processes shorter than a tick (never listed), and what sonde recovered at its own reaps.
+    if (j["cpu_seconds"].is_number() && outcome.processes.contains("cpu_s_sum"))
+      j["processes"]["cpu_s_outside"] = std::max(
+          0.0, j["cpu_seconds"].get<double>() - outcome.processes["cpu_s_sum"].get<double>());
+  }
   return j;
 }
+
+namespace {
+// The summary's process table: the first `top` rows of summary.processes.
+std::string processes_text(const nlohmann::json& p, std::size_t top) {
+  if (!p.is_object() || !p.contains("processes") || p["processes"].empty()) return "";
+  const std::size_t count = p.value("count", std::size_t{0});
+  std::string out = fmt::format("  processes    {} seen; by CPU time:\n", count);
+  out += fmt::format("    {:>8} {:>8} {:>11} {:>10} {:>10} {:>13}  {}\n", "PID", "CPU s", "memory",
+                     "read", "written", "seen", "command");
+  auto bytes = [](const nlohmann::json& v) {
+    return v.is_number() ? bytes_text(v.get<double>()) : std::string("-");
+  };
+  std::size_t shown = 0;
+  double rest_cpu = 0;
+  for (const auto& r : p["processes"]) {
+    if (shown == top) {
+      rest_cpu += r.value("cpu_s", 0.0);
+      continue;
+    }
+    ++shown;
+    std::string cmd = r.value("command", std::string());
+    if (cmd.size() > 60) cmd = cmd.substr(0, 57) + "...";
+    out += fmt::format(
+        "    {:>8} {:>8.2f} {:>7.3f} GiB {:>10} {:>10} {:>13}  {}\n", r.value("pid", 0),
+        r.value("cpu_s", 0.0), r.value("memory_peak_gib", 0.0), bytes(r["read_bytes"]),
+        bytes(r["written_bytes"]),
+        fmt::format("{:.1f}-{:.1f} s", r.value("first_s", 0.0), r.value("last_s", 0.0)), cmd);
+  }
+  std::size_t rest = count - std::min(count, shown);
+  if (p.contains("others") && p["others"].is_object()) rest_cpu += p["others"].value("cpu_s", 0.0);
+  if (rest > 0) out += fmt::format("    {} more: {:.2f} CPU s\n", rest, rest_cpu);
+  if (p.contains("cpu_s_outside") && p["cpu_s_outside"].get<double>() >= 0.005)
+    out += fmt::format("    not in any row above: {:.2f} CPU s (processes shorter than a tick)\n",
+                       p["cpu_s_outside"].get<double>());
+  return out;
+}
+}  // namespace
 
 std::string summary_text(const nlohmann::json& s) {
   auto num = [&](const char* key) -> std::optional<double> {
@@ -310,6 +354,7 @@ std::string summary_text(const nlohmann::json& s) {
   if (auto n = num("net_sent_bytes"))
     out += fmt::format("  network      sent {}, received {} (whole node)\n", bytes_text(*n),
                        bytes_text(num("net_recv_bytes").value_or(0)));
+  if (s.contains("processes")) out += processes_text(s["processes"], 5);
   std::string tags;
   for (const auto& t : s["tags"]) tags += (tags.empty() ? "" : ", ") + t.get<std::string>();
   out += fmt::format("  tags         {}\n", tags.empty() ? std::string("none") : tags);

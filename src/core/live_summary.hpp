@@ -47,14 +47,18 @@ struct RunOutcome {
   /// memory.peak: page cache included), when it made one with the memory controller.
   std::optional<double> cgroup_memory_peak_bytes;
   std::string run_dir;
+  /// ProcessTable::json of the run's processes (null: not kept, e.g. no process level).
+  nlohmann::json processes;
 };
 
 /// The summary as JSON (keys: command, exit_status, wall_s, user_cpu_s, system_cpu_s,
 /// cpu_mean_cores, cpu_peak_cores, memory_peak_gib, memory_limit_gib, read_bytes,
 /// written_bytes, net_sent_bytes, net_recv_bytes, tags, level, run_dir, ticks; GPUs: num_gpus,
 /// gpu_name, gpu_memory_gib, gpus_used, gpu_util_mean, gpu_band_mean, gpu_mem_peak_gib,
-/// gpu_power_mean_w, gpu_energy_j; energy collector: energy_j (over NodeInfo::energy.counted),
-/// energy_kwh, co2_g, carbon_intensity_g_per_kwh, energy_by_domain_j, energy_node_j).
+/// gpu_power_mean_w, gpu_energy_j; processes (RunOutcome::processes, with cpu_s_outside: the
+/// CPU time of the level that no listed process holds); energy collector: energy_j (over
+/// NodeInfo::energy.counted), energy_kwh, co2_g, carbon_intensity_g_per_kwh, energy_by_domain_j,
+/// energy_node_j).
 nlohmann::json summary_json(const Engine& engine, const RunStats& stats, const RunOutcome& outcome);
 
 /// The text of a summary (summary_json), for a terminal.

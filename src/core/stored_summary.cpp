@@ -462,6 +462,9 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
 
   // Tags: the rules of summary_json (core/summary.cpp: bottleneck_tags) at the main level.
   j["tags"] = ML.contains("tags") ? ML["tags"] : nlohmann::json::array();
+  // The run's process table, as `sonde run` kept it (the whole run's: not for a window).
+  if (!window && stored.is_object() && stored.contains("processes"))
+    j["processes"] = stored["processes"];
   if (!run.nodes.empty()) add_nodes_summary(j, run, window);
   return j;
 }

@@ -1,5 +1,6 @@
 #include "sinks/session_sinks.hpp"
 
+#include <optional>
 #include <utility>
 
 #include "sinks/json_stream.hpp"
@@ -82,6 +83,26 @@ class StatsSink final : public Sink {
   RunStats& stats_;
 };
 
+class ProcessTableSink final : public Sink {
+ public:
+  ProcessTableSink(ProcessTable& table, Level level) : table_(table), level_(level) {}
+  std::string name() const override { return "the run's process table"; }
+  SinkStatus begin(const RunStart& start) override {
+    origin_ = start.baseline_time;
+    return SinkStatus::ok;
+  }
+  SinkStatus write(const Engine::Tick& tick) override {
+    if (!origin_) origin_ = tick.ctx.time_s;
+    if (tick.ctx.procs) table_.add(*tick.ctx.procs, level_, tick.ctx.time_s - *origin_);
+    return SinkStatus::ok;
+  }
+
+ private:
+  ProcessTable& table_;
+  Level level_;
+  std::optional<double> origin_;
+};
+
 }  // namespace
 
 std::unique_ptr<Sink> make_run_dir_sink(std::unique_ptr<RunDirSink> dir) {
@@ -100,6 +121,10 @@ std::unique_ptr<Sink> make_json_stream_sink(int fd, const Engine& engine, int pr
 
 std::unique_ptr<Sink> make_stats_sink(RunStats& stats) {
   return std::make_unique<StatsSink>(stats);
+}
+
+std::unique_ptr<Sink> make_process_table_sink(ProcessTable& table, Level level) {
+  return std::make_unique<ProcessTableSink>(table, level);
 }
 
 }  // namespace sonde

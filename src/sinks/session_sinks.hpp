@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "core/live_summary.hpp"
+#include "core/process_table.hpp"
 #include "sinks/csv_run_dir.hpp"
 #include "sinks/sink.hpp"
 #include "sinks/sqlite.hpp"
@@ -20,5 +21,8 @@ std::unique_ptr<Sink> make_sqlite_sink(std::unique_ptr<SqliteSink> db);
 std::unique_ptr<Sink> make_json_stream_sink(int fd, const Engine& engine, int protocol = 2);
 /// Adds every tick to `stats` (which must outlive the sink).
 std::unique_ptr<Sink> make_stats_sink(RunStats& stats);
+/// Feeds `table` the members of `level` at each tick, times in seconds since the run's start
+/// (its baseline tick, else its first).
+std::unique_ptr<Sink> make_process_table_sink(ProcessTable& table, Level level);
 
 }  // namespace sonde
