@@ -132,8 +132,8 @@
 
     // ---- summary table (mean / min / max / limit per level, like JUmPER's report) -------------
     var GROUPS = [["cpu", "CPU utilisation", "%"], ["cpu_cores", "CPU", "cores"],
-      ["memory", "Memory", "GiB"], ["gpu_util", "GPU utilisation", "%"],
-      ["gpu_band", "GPU memory bandwidth", "%"], ["gpu_mem", "GPU memory", "GiB"]];
+      ["memory", "Memory", "GiB"], ["gpu_util", "GPU utilisation of the GPUs used", "%"],
+      ["gpu_band", "GPU memory bandwidth", "%"], ["gpu_mem", "GPU memory, peak on one GPU", "GiB"]];
     var levelNames = data.levels.map(function (l) { return l.level; });
     var table = el("table", { class: "summary", id: "summary-table" });
     table.appendChild(el("thead", null, [el("tr", null, ["Metric", "Level", "Mean", "Min", "Max",

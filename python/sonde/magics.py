@@ -477,7 +477,7 @@ class SondeMagics(Magics):
     @line_magic
     @_magic
     def perfmonitor_resources(self, line=""):
-        """JUmPER's lines (CPUs, CPU affinity, Memory in GB rounded to 2 decimals, GPUs), then
+        """JUmPER's lines (CPUs, CPU affinity, Memory in GiB rounded to 2 decimals, GPUs), then
         sonde's memory limit per level."""
         _parse(_parser("perfmonitor_resources"), line)
         self._print_resources()
@@ -504,7 +504,7 @@ class SondeMagics(Magics):
             rows = e.get("rows", 0)
             if hasattr(data, "node_rows"):  # a live run: the rows in the files now
                 rows = max(rows, data.node_rows(name))
-            lines.append(f"    {name}: CPUs: {cpus}, Memory: {round(mem / gib, 2)} GB, "
+            lines.append(f"    {name}: CPUs: {cpus}, Memory: {round(mem / gib, 2)} GiB, "
                          f"GPUs: {info.get('num_gpus', 0)}; {rows} rows, "
                          f"{status}" + (", head" if e.get("head") else ""))
         print("\n".join(lines))
@@ -524,11 +524,11 @@ class SondeMagics(Magics):
         lines = ["[sonde]:",
                  f"  CPUs: {num_cpus}",
                  f"    CPU affinity: {list(info.get('cpu_handles', []))}",
-                 f"  Memory: {round(system / gib, 2)} GB",
+                 f"  Memory: {round(system / gib, 2)} GiB",
                  f"  GPUs: {info.get('num_gpus', 0)}"]
         if info.get("num_gpus"):
             lines.append(f"    {info.get('gpu_name', '')}, "
-                         f"{round(float(info.get('gpu_memory_gib', 0)), 2)} GB")
+                         f"{round(float(info.get('gpu_memory_gib', 0)), 2)} GiB")
         levels = self.data.levels if self.data is not None else \
             [lvl for lvl in ("process", "user", "slurm", "system")
              if lvl != "slurm" or os.environ.get("SLURM_JOB_ID")]
@@ -538,7 +538,7 @@ class SondeMagics(Magics):
                         else ""))
         for lvl, b in limits.items():
             if lvl in levels:
-                lines.append(f"  Memory ({lvl}): {round(b / gib, 2)} GB")
+                lines.append(f"  Memory ({lvl}): {round(b / gib, 2)} GiB")
         print("\n".join(lines))
 
     @line_magic

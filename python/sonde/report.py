@@ -17,8 +17,9 @@ GIB = 1024.0 ** 3
 
 # The summary table of `sonde report` (web/report.js): group key, label, unit.
 GROUPS = [("cpu", "CPU utilisation", "%"), ("cpu_cores", "CPU", "cores"),
-          ("memory", "Memory", "GiB"), ("gpu_util", "GPU utilisation", "%"),
-          ("gpu_band", "GPU memory bandwidth", "%"), ("gpu_mem", "GPU memory", "GiB")]
+          ("memory", "Memory", "GiB"), ("gpu_util", "GPU utilisation of the GPUs used", "%"),
+          ("gpu_band", "GPU memory bandwidth", "%"), ("gpu_mem", "GPU memory, peak on one GPU",
+                                                     "GiB")]
 TOTALS = [("read_bytes", "io_read"), ("written_bytes", "io_write"), ("read_ops", "io_read_count"),
           ("write_ops", "io_write_count"), ("net_sent_bytes", "net_bytes_sent"),
           ("net_recv_bytes", "net_bytes_recv"), ("net_sent_packets", "net_packets_sent"),
@@ -80,14 +81,36 @@ def summarize_py(frames, manifest, window=None):
         if "memory" in df.columns:
             groups["memory"] = _group(col("memory"), 1,
                                       limit_bytes / GIB if limit_bytes > 0 else None, "GiB")
+        # The GPUs the level used (where it held memory; at the system level all), over which
+        # utilisation and bandwidth are their mean per row, memory the largest on one GPU.
+        used = []
+        d = 0
+        while f"gpu_mem_{d}" in df.columns or f"gpu_util_{d}" in df.columns:
+            if level == "system":
+                used.append(d)
+            elif f"gpu_mem_{d}" in df.columns:
+                peak = col(f"gpu_mem_{d}")
+                if peak["count"] and peak["max"] > 0:
+                    used.append(d)
+            d += 1
+        if d:
+            L["gpus_used"] = len(used)
         for key in ("gpu_util", "gpu_band", "gpu_mem"):
-            if f"{key}_avg" in df.columns:
-                limit = 100.0
-                if key == "gpu_mem":
-                    g = float(node.get("gpu_memory_gib") or 0)
-                    limit = g if g > 0 else None
-                groups[key] = _group(col(f"{key}_avg"), 1, limit, "GiB" if key == "gpu_mem"
-                                     else "%")
+            limit = 100.0
+            if key == "gpu_mem":
+                g = float(node.get("gpu_memory_gib") or 0)
+                limit = g if g > 0 else None
+            unit = "GiB" if key == "gpu_mem" else "%"
+            cols = [f"{key}_{u}" for u in used if f"{key}_{u}" in df.columns]
+            if cols:
+                per_row = []
+                for i in rows:
+                    vals = [v for v in (df[c].iloc[i] for c in cols) if v == v]
+                    per_row.append((max(vals) if key == "gpu_mem" else sum(vals) / len(vals))
+                                   if vals else float("nan"))
+                groups[key] = _group(_stat(per_row, [dts[i] for i in rows]), 1, limit, unit)
+            elif f"{key}_0" not in df.columns and f"{key}_avg" in df.columns:
+                groups[key] = _group(col(f"{key}_avg"), 1, limit, unit)
         L["groups"] = groups
         L["totals"] = {k: col(c)["integral"] for k, c in TOTALS if c in df.columns}
         levels[level] = L

@@ -86,10 +86,10 @@ def test_resources(run):
     out, err, _ = run("%perfmonitor_resources")
     assert err == ""
     lines = out.splitlines()
-    # JUmPER's lines, memory in GB rounded to two decimals (JUmPER's round(x, 2))
+    # JUmPER's lines, memory in GiB rounded to two decimals (JUmPER's round(x, 2); it says GB)
     assert re.fullmatch(r"  CPUs: \d+", lines[1]), out
     assert re.fullmatch(r"    CPU affinity: \[[0-9, ]+\]", lines[2]), out
-    m = re.fullmatch(r"  Memory: (\d+\.\d+) GB", lines[3])
+    m = re.fullmatch(r"  Memory: (\d+\.\d+) GiB", lines[3])
     assert m and len(m.group(1).split(".")[1]) <= 2, out
     assert re.fullmatch(r"  GPUs: \d+", lines[4]), out
     assert "Memory (process):" in out

@@ -177,7 +177,7 @@ def test_live_multinode_notebook(tmp_path):
 
     text, _, _ = outputs_of(cells[9])
     assert "nodes (2, job " + job in text, text
-    rows = re.search(r"^    n1: CPUs: \S+, Memory: [0-9.]+ GB, GPUs: \d+; (\d+) rows, running",
+    rows = re.search(r"^    n1: CPUs: \S+, Memory: [0-9.]+ GiB, GPUs: \d+; (\d+) rows, running",
                      text, re.M)
     assert rows and int(rows.group(1)) >= 12, text
     assert "    n2: " in text

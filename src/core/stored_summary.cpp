@@ -154,25 +154,51 @@ ColumnStats column_stat(const LevelTable& t, std::size_t col, std::size_t first,
   return s;
 }
 
-/// Mean over devices per row of `prefix<N>` columns, for runs without a `prefix avg` column.
-std::optional<ColumnStats> device_mean_stat(const LevelTable& t, const std::string& prefix,
-                                            std::size_t first, std::size_t last, double interval) {
-  if (auto c = t.find(prefix + "avg")) return column_stat(t, *c, first, last, interval);
-  std::vector<std::size_t> cols;
+/// The GPUs a level used in rows [first, last): those where it held memory; at the system level
+/// every GPU. The one definition of "the GPUs used" for the summaries, the report and Jupyter.
+std::vector<int> used_devices(const LevelTable& t, std::size_t first, std::size_t last,
+                              double interval) {
+  std::vector<int> out;
   for (int d = 0;; ++d) {
-    auto c = t.find(prefix + std::to_string(d));
-    if (!c) break;
-    cols.push_back(*c);
+    const auto mem = t.find("gpu_mem_" + std::to_string(d));
+    if (!mem && !t.find("gpu_util_" + std::to_string(d))) break;
+    if (t.level == Level::system) {
+      out.push_back(d);
+      continue;
+    }
+    if (!mem) continue;
+    const ColumnStats m = column_stat(t, *mem, first, last, interval);
+    if (m.count && m.max > 0) out.push_back(d);
   }
-  if (cols.empty()) return std::nullopt;
+  return out;
+}
+
+/// Per row, over the GPUs `devices` of `prefix<N>` columns: their mean (utilisation,
+/// bandwidth: the mean over the GPUs used) or their largest (memory: the peak on one GPU). Runs
+/// with only a `prefix avg` column (no per-device ones) fall back to it; nullopt without either.
+std::optional<ColumnStats> devices_stat(const LevelTable& t, const std::string& prefix,
+                                        const std::vector<int>& devices, bool largest,
+                                        std::size_t first, std::size_t last, double interval) {
+  std::vector<std::size_t> cols;
+  for (int d : devices)
+    if (auto c = t.find(prefix + std::to_string(d))) cols.push_back(*c);
+  if (cols.empty()) {
+    if (!t.find(prefix + "0"))
+      if (auto c = t.find(prefix + "avg")) return column_stat(t, *c, first, last, interval);
+    return std::nullopt;
+  }
   ColumnStats s;
   for (std::size_t i = first; i < last; ++i) {
-    double sum = 0;
+    double acc = largest ? -1.0 : 0.0;
     int n = 0;
-    for (auto c : cols)
-      if (std::isfinite(t.rows[i][c])) sum += t.rows[i][c], ++n;
+    for (auto c : cols) {
+      const double v = t.rows[i][c];
+      if (!std::isfinite(v)) continue;
+      acc = largest ? std::max(acc, v) : acc + v;
+      ++n;
+    }
     const double dt = i == 0 ? interval : t.rows[i][0] - t.rows[i - 1][0];
-    s.add(n ? sum / n : kNaN, dt);
+    s.add(n ? (largest ? acc : acc / n) : kNaN, dt);
   }
   return s;
 }
@@ -378,11 +404,15 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
       groups["memory"] = group_json(
           s, 1, limit_bytes > 0 ? std::optional<double>(limit_bytes / kGiB) : std::nullopt, "GiB");
     }
-    if (auto s = device_mean_stat(t, "gpu_util_", first, last, first_dt))
+    // GPUs: over the GPUs the level used, utilisation and bandwidth their mean, memory the peak
+    // on one GPU (what the live summary and the tags say).
+    const std::vector<int> used = used_devices(t, first, last, first_dt);
+    if (t.find("gpu_mem_0") || t.find("gpu_util_0")) L["gpus_used"] = used.size();
+    if (auto s = devices_stat(t, "gpu_util_", used, false, first, last, first_dt))
       groups["gpu_util"] = group_json(*s, 1, 100.0, "%");
-    if (auto s = device_mean_stat(t, "gpu_band_", first, last, first_dt))
+    if (auto s = devices_stat(t, "gpu_band_", used, false, first, last, first_dt))
       groups["gpu_band"] = group_json(*s, 1, 100.0, "%");
-    if (auto s = device_mean_stat(t, "gpu_mem_", first, last, first_dt)) {
+    if (auto s = devices_stat(t, "gpu_mem_", used, true, first, last, first_dt)) {
       const double gpu_gib = json_number(node, "gpu_memory_gib", kNaN);
       groups["gpu_mem"] =
           group_json(*s, 1, gpu_gib > 0 ? std::optional<double>(gpu_gib) : std::nullopt, "GiB");
@@ -459,6 +489,12 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
   const nlohmann::json SL = levels.contains("system") ? levels["system"] : nlohmann::json::object();
   j["net_sent_bytes"] = total(SL, "net_sent_bytes");
   j["net_recv_bytes"] = total(SL, "net_recv_bytes");
+  // GPUs, as summary_json defines them: the GPUs the level used, their mean utilisation, the
+  // peak memory on one of them.
+  j["gpus_used"] = ML.contains("gpus_used") ? ML["gpus_used"] : nlohmann::json();
+  j["gpu_util_mean"] = group("gpu_util", "mean");
+  j["gpu_band_mean"] = group("gpu_band", "mean");
+  j["gpu_mem_peak_gib"] = group("gpu_mem", "max");
 
   // Tags: the rules of summary_json (core/summary.cpp: bottleneck_tags) at the main level.
   j["tags"] = ML.contains("tags") ? ML["tags"] : nlohmann::json::array();

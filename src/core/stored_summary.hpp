@@ -38,7 +38,11 @@ nlohmann::json run_node_info(const RunData& run);
 /// net_recv_bytes, net_sent_packets, net_recv_packets}}}. Groups: `cpu` (cpu_util_avg, percent
 /// of the level's CPUs, limit 100), `cpu_cores` (the same in cores, limit num_cpus), `memory`
 /// (GiB, limit the level's memory limit), and when gpu_* columns exist `gpu_util`, `gpu_band`
-/// (percent, limit 100), `gpu_mem` (GiB per device on average, limit one device's memory).
+/// (percent, limit 100), `gpu_mem` (GiB), all over the GPUs the level used (where it held memory;
+/// at the system level every GPU): utilisation and bandwidth their mean per row, memory the
+/// largest on one GPU per row (limit one GPU's memory); a level that used no GPU has no GPU
+/// group. The level's `gpus_used` counts them; the top level adds gpus_used, gpu_util_mean,
+/// gpu_band_mean and gpu_mem_peak_gib of the main level, as summary_json.
 /// A statistic without a measured value is null.
 ///
 /// A multi-node run (RunData::nodes) adds `nodes`: per node {name, head, status, reason,

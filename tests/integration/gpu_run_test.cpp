@@ -120,6 +120,29 @@ TEST(GpuRun, WorkloadGetsItsGpuColumnsAndTags) {
   EXPECT_DOUBLE_EQ(r.summary.at("gpu_mem_peak_gib").get<double>(), 30);
   EXPECT_TRUE(has_tag(r.summary, "gpu-util-bound")) << r.summary.dump();
   EXPECT_FALSE(has_tag(r.summary, "gpu-memory-bound")) << r.summary.dump();
+  // One definition of each GPU figure: the stored run's summary (the report's table, `sonde
+  // compare`, Jupyter) says what the end-of-run summary said: the mean utilisation of the GPU the
+  // workload used (not 40 %, the mean over both), the peak memory on one GPU.
+  const fs::path page = r.run / "plain.html";
+  const RunResult rep = run_command(
+      {sonde_binary(), "report", r.run.string(), "--uncompressed", "--out", page.string()});
+  ASSERT_EQ(rep.status, 0) << rep.describe();
+  std::ifstream in(page);
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string open = "<script id=\"sonde-data\" type=\"application/json\">";
+  const auto from = html.find(open);
+  ASSERT_NE(from, std::string::npos);
+  const auto to = html.find("</script>", from);
+  const nlohmann::json data =
+      nlohmann::json::parse(html.substr(from + open.size(), to - from - open.size()));
+  const auto& groups = data.at("summary").at("levels").at("process").at("groups");
+  EXPECT_NEAR(groups.at("gpu_util").at("mean").get<double>(),
+              r.summary.at("gpu_util_mean").get<double>(), 0.5);
+  EXPECT_NEAR(groups.at("gpu_mem").at("max").get<double>(),
+              r.summary.at("gpu_mem_peak_gib").get<double>(), 1e-6);
+  EXPECT_EQ(data.at("summary").at("gpus_used"), 1);
+  EXPECT_NEAR(data.at("summary").at("gpu_util_mean").get<double>(),
+              r.summary.at("gpu_util_mean").get<double>(), 0.5);
   EXPECT_FALSE(has_tag(r.summary, "gpu-allocated-but-not-used")) << r.summary.dump();
 }
 

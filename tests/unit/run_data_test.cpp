@@ -162,7 +162,11 @@ TEST(RunData, SummaryPerLevelAndTags) {
   EXPECT_DOUBLE_EQ(g["memory"]["max"].get<double>(), 3.5);
   EXPECT_DOUBLE_EQ(g["memory"]["limit"].get<double>(), 4);
   EXPECT_DOUBLE_EQ(g["gpu_util"]["mean"].get<double>(), 72.5);
-  EXPECT_DOUBLE_EQ(g["gpu_mem"]["max"].get<double>(), 14);
+  // The peak on one GPU (15 GiB on GPU 1 in the second row), not the peak of the mean (14).
+  EXPECT_DOUBLE_EQ(g["gpu_mem"]["max"].get<double>(), 15);
+  EXPECT_EQ(s["levels"]["process"]["gpus_used"], 2);
+  EXPECT_DOUBLE_EQ(s["gpu_mem_peak_gib"].get<double>(), 15);
+  EXPECT_DOUBLE_EQ(s["gpu_util_mean"].get<double>(), 72.5);
   EXPECT_DOUBLE_EQ(g["gpu_mem"]["limit"].get<double>(), 16);
   EXPECT_FALSE(g.contains("gpu_band"));
   EXPECT_DOUBLE_EQ(s["read_bytes"].get<double>(), 4000);
