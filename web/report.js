@@ -115,6 +115,8 @@
     if (meta.node && meta.node.num_gpus) facts.push(["GPUs", meta.node.num_gpus + " × " +
       (meta.node.gpu_name || "GPU")]);
     if (meta.complete === false) facts.push(["state", "incomplete (interrupted)", "bad"]);
+    // What the manifest says happened (a command that was not started, facts of the run).
+    (meta.notes || []).forEach(function (n) { facts.push(["note", n]); });
     var factList = el("dl", { class: "facts" });
     facts.forEach(function (f) {
       factList.appendChild(el("div", { class: "fact " + (f[2] || "") }, [

@@ -79,6 +79,20 @@ int write_run_report(const std::string& run_spec, const std::string& output,
     return error_exit_status(ok.error());
   }
   std::cerr << "sonde: report written to " << out << "\n";
+  // A run without rows (a command that was not started, a run killed at once): the page has no
+  // chart to show, and the user should hear why before opening it.
+  bool rows = false;
+  for (const auto& t : run->levels) rows = rows || !t.rows.empty();
+  if (!rows) {
+    std::string why;
+    if (run->manifest.contains("notes") && run->manifest["notes"].is_array())
+      for (const auto& n : run->manifest["notes"])
+        if (n.is_string()) why += (why.empty() ? "" : "; ") + n.get<std::string>();
+    if (why.empty() && run->manifest.value("complete", true) == false)
+      why = "the run did not finish (sonde was killed, or is still running)";
+    std::cerr << "sonde: warning: " << run_spec << " has no rows"
+              << (why.empty() ? std::string() : ": " + why) << "\n";
+  }
   return kExitOk;
 }
 

@@ -109,15 +109,17 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
 
 /// Starts the command with sonde's original signal mask and default dispositions. Returns its pid
 /// or an exit status (127: not found, 126: not runnable) as a negative number.
+/// `why` receives the error.
 pid_t spawn_command(const std::vector<std::string>& command, const SignalGuard& signals,
-                    const cgroup::RunGroup* group) {
+                    const cgroup::RunGroup* group, std::string& why) {
   SpawnOptions o;  // program "": found in the user's $PATH, as their shell would
   o.sigmask = &signals.original();
   if (group) o.cgroup_procs = group->procs_fds();
   pid_t child = -1;
   const int err = spawn_program(command, o, child);
   if (err != 0) {
-    print_error(fmt::format("cannot run '{}': {}", command[0], std::strerror(err)));
+    why = fmt::format("cannot run '{}': {}", command[0], std::strerror(err));
+    print_error(why);
     return err == ENOENT ? -127 : -126;
   }
   return child;
@@ -345,8 +347,19 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
       no_cgroup_why = "--no-cgroup";
     }
     const double spawned_at = boottime_now();
-    child = spawn_command(so.command, signals, run_group ? &*run_group : nullptr);
-    if (child < 0) return -child;
+    std::string why;
+    child = spawn_command(so.command, signals, run_group ? &*run_group : nullptr, why);
+    if (child < 0) {
+      // The command never ran: the output ends as a finished run without rows that says why
+      // (its exit status, a note), not as one cut off (`sonde report` warns on it).
+      RunEnd end;
+      end.outcome.command = so.command;
+      end.outcome.exit_status = -child;
+      end.outcome.run_dir = sinks.location();
+      end.notes.push_back("the command was not started: " + why);
+      sinks.end(end);
+      return -child;
+    }
     if (run_group)
       engine.scanner().set_level_cgroup(Level::process, run_group->group(), std::move(baseline));
     start.level_sources =

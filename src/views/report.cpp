@@ -213,6 +213,7 @@ std::string report_data_json(const RunData& run, const ReportOptions& options) {
   meta["start_wallclock"] = t0;
   meta["end_wallclock"] = m.contains("end_wallclock") ? m["end_wallclock"] : nlohmann::json();
   meta["complete"] = m.contains("complete") ? m["complete"] : nlohmann::json();
+  meta["notes"] = m.contains("notes") && m["notes"].is_array() ? m["notes"] : nlohmann::json();
   meta["sonde_version"] = m.value("sonde_version", std::string());
   meta["source"] = run.source;
   meta["node"] = node;

@@ -195,6 +195,19 @@ TEST(Run, MissingCommandExits127AndNamesIt) {
                                    (dir / "out").string(), "--", "/nonexistent/prog"});
   EXPECT_EQ(r.status, 127) << r.describe();
   EXPECT_NE(r.err.find("/nonexistent/prog"), std::string::npos) << r.describe();
+  // The run directory says what happened (issue 25: a failed launch rendered as a normal run):
+  // finished, the command's status, a note why, no rows; the report warns.
+  const nlohmann::json m = read_json(dir / "out" / "manifest.json");
+  EXPECT_EQ(m.at("complete"), true) << m.dump();
+  EXPECT_EQ(m.at("exit_status"), 127);
+  ASSERT_TRUE(m.contains("notes")) << m.dump();
+  EXPECT_NE(m.at("notes").dump().find("not started: cannot run '/nonexistent/prog'"),
+            std::string::npos)
+      << m.dump();
+  const RunResult rep = run_command({sonde_binary(), "report", (dir / "out").string()});
+  EXPECT_EQ(rep.status, 0) << rep.describe();
+  EXPECT_NE(rep.err.find("has no rows: the command was not started"), std::string::npos)
+      << rep.describe();
 }
 
 struct SignalCase {
