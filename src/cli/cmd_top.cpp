@@ -15,6 +15,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/status_common.hpp"
+#include "cli/top_tui.hpp"
 #include "core/config.hpp"
 #include "core/trust.hpp"
 #include "gpu/gpu.hpp"
@@ -132,10 +133,11 @@ int cmd_top(int argc, char** argv) {
     std::cout << top::render_text(snap, view, cols) << std::flush;
     return std::cout ? kExitOk : kExitFailure;
   }
-  (void)readonly;
-  (void)no_color;
-  print_error("top: the interactive view is not built yet (use --once)");
-  return kExitFailure;
+  TopTuiOptions to;
+  to.interval_s = interval_s;
+  to.readonly = readonly;
+  to.color = !no_color && auto_color();
+  return run_top_tui(collector, view, to);
 }
 
 }  // namespace sonde::cli
