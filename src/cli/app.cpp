@@ -121,6 +121,8 @@ int run_cli(int argc, char** argv) {
   if (argc >= 2 &&
       (std::string_view(argv[1]) == "status" || std::string_view(argv[1]) == "gpustat"))
     return cmd_status(argc - 1, argv + 1, std::string_view(argv[1]) == "gpustat");
+  // `sonde top ...`: the status plugins add options too (src/cli/cmd_top.cpp).
+  if (argc >= 2 && std::string_view(argv[1]) == "top") return cmd_top(argc - 1, argv + 1);
   CLI::App app{"sonde: a fast, pluggable performance monitor for Linux nodes"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("sonde ") + SONDE_VERSION);
@@ -227,6 +229,7 @@ int run_cli(int argc, char** argv) {
   // Listed for --help; run_cli hands them to cmd_status before parsing.
   app.add_subcommand("status", "GPUs, their processes, host CPU and memory, now (-i: watch)");
   app.add_subcommand("gpustat", "gpustat-compatible GPU view (flags and --json of gpustat)");
+  app.add_subcommand("top", "live view of the node: CPUs, memory, GPUs, every process (--once)");
   RunsOptions runs_options;
   auto* runs =
       app.add_subcommand("runs", "list stored runs; show and export the runs in a SQLite database");

@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/status_common.hpp"
 #include "core/fs.hpp"
 #include "core/json_text.hpp"
 #include "core/trust.hpp"
@@ -165,30 +166,6 @@ int watch(double interval_s, const std::function<std::string()>& render) {
   return status;
 }
 
-bool auto_color() {
-  if (::isatty(STDOUT_FILENO) != 1) return false;
-  const char* term = std::getenv("TERM");
-  if (term != nullptr && std::strcmp(term, "dumb") == 0) return false;
-  const char* no_color = std::getenv("NO_COLOR");
-  return no_color == nullptr || *no_color == '\0';
-}
-
-std::vector<status::StatusPluginRef> all_status_plugins() {
-  auto plugins = status::builtin_status_plugins();
-  std::vector<std::string> warnings;
-  for (auto& p : status::find_status_plugins(plugins::plugin_dirs(), warnings)) {
-    const bool clash = std::any_of(plugins.begin(), plugins.end(),
-                                   [&](const auto& b) { return b.name == p.name; });
-    if (clash)
-      warnings.push_back(fmt::format("status plugin {}: the name '{}' is a built-in one; skipped",
-                                     p.source, p.name));
-    else
-      plugins.push_back(std::move(p));
-  }
-  for (const auto& w : warnings) std::cerr << "sonde: warning: " << w << "\n";
-  return plugins;
-}
-
 Result<std::vector<int>> parse_ids(const std::string& text) {
   std::vector<int> ids;
   std::size_t start = 0;
@@ -291,21 +268,7 @@ int cmd_status(int argc, char** argv, bool gpustat) {
         ->check(CLI::IsMember({"bash", "zsh", "tcsh"}));
   }
 
-  status::StatusSettings settings;
-  settings.command = name;
-  if (const char* p = program_env("SONDE_PROC_ROOT"))
-    settings.proc_root = p;  // not under AT_SECURE
-  if (const char* t = std::getenv("SONDE_STATUS_HOOK_TIMEOUT"); t && *t) {
-    char* end = nullptr;
-    const double v = std::strtod(t, &end);
-    if (end != t && *end == '\0' && v > 0 && v <= 3600)
-      settings.hook_timeout_s = v;
-    else
-      std::cerr << fmt::format(
-          "sonde: warning: SONDE_STATUS_HOOK_TIMEOUT='{}' is not a number of seconds in (0, 3600]; "
-          "using {} s\n",
-          t, settings.hook_timeout_s);
-  }
+  status::StatusSettings settings = status_settings(name);
   status::StatusHooks hooks(all_status_plugins(), settings);
   hooks.add_options(app);
 

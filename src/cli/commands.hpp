@@ -123,6 +123,8 @@ int cmd_config_check(const std::string& file);
 
 /// `sonde status` (gpustat = false) and `sonde gpustat`; argv[0] is the command's name.
 int cmd_status(int argc, char** argv, bool gpustat);
+/// `sonde top` (src/cli/cmd_top.cpp); argv[0] is "top".
+int cmd_top(int argc, char** argv);
 /// The shipped charts, then $XDG_CONFIG_HOME/sonde/charts.yaml when present, then `files`.
 Result<std::vector<ChartRule>> load_chart_rules(const std::vector<std::string>& files);
 /// `sonde report`: reads a stored run (read_run) and writes its HTML report to `output`

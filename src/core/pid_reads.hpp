@@ -19,6 +19,8 @@ struct PidReading {
   std::uint64_t cminflt = 0;  ///< waited-for children's minor faults: grows when it reaps one
   std::string comm;
   std::uint64_t start_stack = 0;  ///< stat's startstack: changes on exec (see procfs::PidStat)
+  char state = '?';               ///< stat's state ('R' running, 'Z' zombie, ...)
+  long num_threads = 0;
 };
 
 /// The pids under `proc_root` (replaces `out`'s contents).

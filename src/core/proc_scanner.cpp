@@ -246,6 +246,8 @@ std::optional<PidReading> read_pid(const std::string& proc_root, int pid) {
   r.ppid = st->ppid;
   r.cminflt = st->cminflt;
   r.start_stack = st->start_stack;
+  r.state = st->state;
+  r.num_threads = st->num_threads;
   // statm's resident field is exact (stat's rss is per-CPU-batched, see procfs::PidStat).
   if (auto statm = read_file(dir + "/statm"))
     if (auto m = procfs::parse_pid_statm(*statm)) r.rss_bytes = m->resident_pages * page;

@@ -323,6 +323,15 @@ Result<PidStatus> parse_pid_status(std::string_view text) {
       if (!cpus)
         return parse_error(where_line("/proc/<pid>/status", line_no) + cpus.error().message);
       st.cpus_allowed = std::move(cpus).value();
+    } else if (key == "NSpid") {
+      std::string_view rest = value;
+      for (std::string_view tok = next_token(rest); !tok.empty(); tok = next_token(rest)) {
+        int v = 0;
+        if (!to_num(tok, v) || v <= 0)
+          return parse_error(where_line("/proc/<pid>/status", line_no) +
+                             "expected pids after 'NSpid:', found " + quoted(trim(value)));
+        st.ns_pids.push_back(v);
+      }
     }
   }
   if (!have_name) return parse_error("/proc/<pid>/status: expected a 'Name:' line, found none");

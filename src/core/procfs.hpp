@@ -65,6 +65,9 @@ struct PidStatus {
   std::uint32_t uid_real = 0;
   std::uint32_t uid_effective = 0;
   std::vector<int> cpus_allowed;  ///< from Cpus_allowed_list; empty when absent
+  /// NSpid: the pid in each PID namespace from the reader's down to the process' own (one entry
+  /// when it lives in the reader's namespace; empty when absent, a kernel before 4.1).
+  std::vector<int> ns_pids;
 };
 Result<PidStatus> parse_pid_status(std::string_view text);
 

@@ -158,6 +158,15 @@ TEST(ProcfsPidStatus, Captured) {
   EXPECT_EQ(r->uid_real, 1000u);
   EXPECT_EQ(r->uid_effective, 1001u);
   EXPECT_EQ(r->cpus_allowed, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r->ns_pids, (std::vector<int>{30423}));
+}
+
+// A process in a container's PID namespace: its pid here, then in the container (sonde top).
+TEST(ProcfsPidStatus, NsPidOfAProcessInAContainer) {
+  auto r = parse_pid_status("Name:\tsh\nPPid:\t9\nUid:\t0\t0\t0\t0\nNSpid:\t4242\t7\t1\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->ns_pids, (std::vector<int>{4242, 7, 1}));
+  EXPECT_FALSE(parse_pid_status("Name:\tsh\nPPid:\t9\nUid:\t0\t0\t0\t0\nNSpid:\t4242\tx\n").ok());
 }
 
 TEST(ProcfsPidStatus, NameWithSpacesAndNoCpuList) {

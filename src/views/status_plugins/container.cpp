@@ -15,12 +15,6 @@
 namespace sonde::status {
 namespace {
 
-struct ContainerId {
-  std::string runtime;
-  std::string id;
-  std::string pod;  ///< kubernetes pod uid, "" outside kubepods
-};
-
 bool is_hex(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -88,7 +82,7 @@ class ContainerPlugin : public sdk::StatusPlugin {
   void get_process_info(sdk::Status& s, sdk::Gpu&, sdk::Process& p) override {
     const auto& found = cache_.get(p.pid(), [&] { return lookup(s, p.pid()); });
     if (!found) return;
-    p.set("container", found->runtime + ":" + found->id.substr(0, 12));
+    p.set("container", found->label());
     if (!found->pod.empty()) p.set("k8s_pod", found->pod);
   }
 
@@ -106,6 +100,14 @@ class ContainerPlugin : public sdk::StatusPlugin {
 };
 
 }  // namespace
+
+std::optional<ContainerId> container_of_cgroup(const std::string& cgroup_path) {
+  return container_of(cgroup_path);
+}
+
+std::string ContainerId::label() const {
+  return runtime + ":" + id.substr(0, 12);
+}
 
 StatusPluginRef container_status_plugin() {
   return {"container", "container of each GPU process (from its cgroup)", 0, "builtin",
