@@ -474,6 +474,7 @@ const Engine::Tick& Engine::tick() {
                           deadline * 1e3);
           break;
         case Watchdog::Outcome::timed_out:
+          scanner_->snapshot_abandoned();
           error = fmt::format("no answer within its deadline of {:.1f} ms", deadline * 1e3);
           break;
         case Watchdog::Outcome::done:

@@ -266,7 +266,10 @@ std::optional<std::uint32_t> read_pid_uid(const std::string& proc_root, int pid)
 const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   ++generation_;
   const bool first_scan = prev_boottime_s_ < 0;
-  if (snap_.use_count() > 1) snap_ = std::make_shared<ProcSnapshot>();
+  // Shared with a call that is synchronised with this thread (the watchdog's batch ends under its
+  // mutex), or abandoned inside one (snapshot_abandoned): fill a fresh one.
+  if (fresh_next_ || snap_.use_count() > 1) snap_ = std::make_shared<ProcSnapshot>();
+  fresh_next_ = false;
   snap_->pids.clear();
   for (auto& m : snap_->members) m.clear();
   snap_->vanished.clear();

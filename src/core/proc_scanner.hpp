@@ -200,6 +200,11 @@ class ProcScanner {
   /// The last snapshot, kept alive for a collector that may still read it after the next scan
   /// (a plugin that overran its deadline); the next scan then fills a fresh one.
   std::shared_ptr<const ProcSnapshot> shared() const { return snap_; }
+  /// A call that holds the last snapshot was abandoned (core/watchdog): it may read it at any
+  /// time from now, on a thread this one never synchronises with again, so the next scan fills a
+  /// fresh one whatever use_count() says (a relaxed read that orders nothing: a data race under
+  /// TSan, python_monitor, when the abandoned call let go of it between two scans).
+  void snapshot_abandoned() { fresh_next_ = true; }
 
  private:
   struct Entry;
@@ -255,6 +260,7 @@ class ProcScanner {
   std::vector<int> listing_;
   std::string buf_;
   std::shared_ptr<ProcSnapshot> snap_ = std::make_shared<ProcSnapshot>();
+  bool fresh_next_ = false;  ///< snapshot_abandoned
   std::uint64_t generation_ = 0;
   double prev_boottime_s_ = -1;
   double clk_tck_;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,13 @@ struct State {
 State& state() {
   static State& s = fake::immortal(new State);
   return s;
+}
+// Guards the per-device counters (size_failures, util_call): NVML is thread-safe, and sonde's GPU
+// and energy collectors call in from different watchdog workers (a data race under TSan,
+// python_monitor). Never held while a call hangs.
+std::mutex& counters_mutex() {
+  static std::mutex& mu = fake::immortal(new std::mutex);
+  return mu;
 }
 
 nvmlReturn_t code_of(const json& v) {
@@ -133,6 +141,7 @@ nvmlReturn_t list_processes(nvmlDevice_t h, const char* key, unsigned* count, In
   if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   if (fake::unsupported(*dev, "processes")) return NVML_ERROR_NOT_SUPPORTED;
   const auto procs = processes(*dev, key);
+  std::lock_guard<std::mutex> lock(counters_mutex());
   int& failures = state().size_failures[h->index];
   if (infos == nullptr) failures = 0;
   const int rounds = dev->value("insufficient_size_rounds", 0);
@@ -353,6 +362,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetProcessUtilizat
       !dev->contains("process_utilization"))
     return NVML_ERROR_NOT_SUPPORTED;
   std::vector<nvmlProcessUtilizationSample_t> samples;
+  std::lock_guard<std::mutex> lock(counters_mutex());
   const unsigned long long stamp = (state().util_call[h->index] + 1) * 1000000ULL;
   for (const auto& p : (*dev)["process_utilization"]) {
     int pid = state().pids.resolve(p.value("pid", json(0)));
