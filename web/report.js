@@ -32,6 +32,8 @@
       "#65a30d", "#ea580c", "#4f46e5", "#0d9488", "#b91c1c", "#9333ea", "#ca8a04", "#0284c7",
       "#be185d"];
     var LEVEL_TITLES = { process: "process tree", user: "user", slurm: "Slurm job", system: "node" };
+    var PHASE_COLORS = ["rgba(37,99,235,0.10)", "rgba(22,163,74,0.10)", "rgba(217,119,6,0.10)",
+      "rgba(219,39,119,0.10)", "rgba(8,145,178,0.10)"];
 
     function el(tag, attrs, children) {
       var e = document.createElement(tag);
@@ -262,6 +264,37 @@
         procs.count + " seen, by CPU time; memory counts shared pages once)" }), pt]));
     }
 
+    // ---- the program's phases (its marks: `sonde mark`, sonde.mark(), sonde_mark()) -----------
+    // On the charts' time axis: seconds since the run's start.
+    var phases = (summary.phases || []).map(function (p) {
+      return { name: p.name, start: p.start_wallclock - meta.start_wallclock,
+        end: p.end_wallclock - meta.start_wallclock, p: p };
+    });
+    if (phases.length) {
+      var ht = el("table", { class: "summary phases" });
+      ht.appendChild(el("thead", null, [el("tr", null, ["Phase", "From", "Duration", "CPU time",
+        "Cores", "Memory peak", "Read", "Written", "GPU"].map(function (h) {
+        return el("th", { text: h }); }))]));
+      var hb = el("tbody");
+      phases.forEach(function (h, i) {
+        var p = h.p;
+        hb.appendChild(el("tr", null, [
+          el("td", null, [el("span", { class: "swatch", style: "background:" +
+            PHASE_COLORS[i % PHASE_COLORS.length].replace("0.10)", "0.45)") }), el("code", { text: p.name })]),
+          el("td", { class: "n", text: "+" + duration(h.start) }),
+          el("td", { class: "n", text: duration(p.duration_s) }),
+          el("td", { class: "n", text: num(p.cpu_s, "s") }),
+          el("td", { class: "n", text: num(p.cpu_mean_cores) }),
+          el("td", { class: "n", text: num(p.memory_peak_gib, "GiB") }),
+          el("td", { class: "n", text: bytes(p.io_read_bytes) }),
+          el("td", { class: "n", text: bytes(p.io_write_bytes) }),
+          el("td", { class: "n", text: num(p.gpu_util_mean, "%") })]));
+      });
+      ht.appendChild(hb);
+      app.appendChild(el("section", { class: "card" }, [el("h2", { text: "Phases (" +
+        phases.length + ", from the program's marks)" }), ht]));
+    }
+
     if (data.cells && data.cells.length) {
       var ct = el("table", { class: "summary cells" });
       ct.appendChild(el("thead", null, [el("tr", null, ["Cell", "Start", "Duration", "Code"].map(
@@ -419,6 +452,27 @@
         hooks: {
           // Notebook cells (Jupyter sessions): a light band per cell behind the data.
           drawClear: [function (u) {
+            // The program's phases: a band per phase, its name at the top.
+            if (phases.length) {
+              var pctx = u.ctx, ptop = u.bbox.top, ph = u.bbox.height;
+              pctx.save();
+              pctx.font = 10 * devicePixelRatio + "px sans-serif";
+              pctx.textAlign = "left";
+              pctx.textBaseline = "top";
+              phases.forEach(function (p, i) {
+                var a = Math.max(u.valToPos(p.start, "x", true), u.bbox.left);
+                var b = Math.min(u.valToPos(p.end, "x", true), u.bbox.left + u.bbox.width);
+                if (!(b > a)) return;
+                pctx.fillStyle = PHASE_COLORS[i % PHASE_COLORS.length];
+                pctx.fillRect(a, ptop, b - a, ph);
+                if (b - a > 24 * devicePixelRatio) {
+                  pctx.fillStyle = "#374151";
+                  pctx.fillText(p.name, a + 3 * devicePixelRatio, ptop + 2 * devicePixelRatio,
+                    b - a - 6 * devicePixelRatio);
+                }
+              });
+              pctx.restore();
+            }
             var cells = data.cells || [];
             if (!cells.length) return;
             var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;

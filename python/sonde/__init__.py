@@ -38,10 +38,11 @@ _locate_sonde()
 
 from . import _native  # noqa: E402
 from .monitor import LEVELS, Monitor  # noqa: E402
+from .marks import mark  # noqa: E402
 from .session import CellHistory, CellRecord, UsageError, export_session, import_session
 
 __version__ = _native.version
-__all__ = ["Monitor", "LEVELS", "CellHistory", "CellRecord", "UsageError", "export_session",
+__all__ = ["Monitor", "LEVELS", "mark", "CellHistory", "CellRecord", "UsageError", "export_session",
            "import_session", "load_ipython_extension", "unload_ipython_extension",
            "build_perfmonitor_service", "build_perfmonitor_magic_adapter"]
 

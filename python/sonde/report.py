@@ -215,6 +215,14 @@ def level_tags(summary, level):
         tags.append("gpu-memory-bound")
     if g("gpu_mem", "max") and g("gpu_util", "mean") is not None and g("gpu_util", "mean") < 10:
         tags.append("gpu-allocated-but-not-used")
+    # node-saturated: the node's CPUs busy (system level's mean >= 90 %) while this level got
+    # less than 90 % of its own (node_saturated in core/summary.cpp).
+    if level != "system":
+        node = (((summary.get("levels") or {}).get("system") or {}).get("groups") or {})
+        node_mean = _num((node.get("cpu") or {}).get("mean"))
+        if node_mean is not None and node_mean >= 90 and g("cpu", "mean") is not None and \
+                g("cpu", "mean") < 90:
+            tags.append("node-saturated")
     return tags
 
 

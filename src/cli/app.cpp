@@ -134,8 +134,8 @@ int run_cli(int argc, char** argv) {
   run->add_option("command", session.command, "the command and its arguments (after --)")
       ->required();
   run->add_flag("--no-cgroup", session.no_cgroup,
-                "do not make a cgroup for the command (the process level then comes from /proc "
-                "only; docs/accuracy.md)");
+                "do not make a cgroup for the command, nor read the job's (the process and slurm "
+                "levels then come from /proc only; docs/accuracy.md)");
 
   auto* record = app.add_subcommand("record", "record a running process, or the node");
   add_common(record, common, true);
@@ -143,6 +143,8 @@ int run_cli(int argc, char** argv) {
       record->add_option("--pid", session.pid, "process to record (with its descendants)")
           ->check(in_range("--pid", true));
   auto* sys_opt = record->add_flag("--system", session.system_only, "record the node only");
+  record->add_flag("--no-cgroup", session.no_cgroup,
+                   "the slurm level from /proc only, not from the job's cgroup (docs/accuracy.md)");
   pid_opt->excludes(sys_opt);
   record->add_option("--duration", session.duration_s, "stop after this many seconds")
       ->check(in_range("--duration"));
@@ -290,6 +292,14 @@ int run_cli(int argc, char** argv) {
   compare->add_flag("--json", compare_options.json, "print one JSON document");
   compare->add_option("--html", compare_options.html,
                       "also write an HTML page with the table and both runs' charts overlaid");
+  MarkOptions mark_options;
+  auto* mark = app.add_subcommand(
+      "mark",
+      "under `sonde run`: the program's next phase begins now (shown in the summary and "
+      "the report)");
+  mark->add_option("name", mark_options.name, "the phase's name")->required();
+  mark->add_flag("-q,--quiet", mark_options.quiet,
+                 "outside `sonde run` ($SONDE_MARKS not set): say nothing and exit 0");
   JobstatsOptions jobstats_opts;
   PrometheusOptions jobstats_prom;
   auto* jobstats =
@@ -354,6 +364,7 @@ int run_cli(int argc, char** argv) {
   }
   if (*jobstats) return cmd_jobstats(jobstats_prom, jobstats_opts);
   if (*compare) return cmd_compare(compare_options);
+  if (*mark) return cmd_mark(mark_options);
   for (auto* sub : {run, record})
     if (*sub && sub->get_option("--report")->count() > 0) common.report = true;
   if (common.report_file == "-") common.report_file.clear();

@@ -66,7 +66,7 @@ struct SessionOptions {
   int stream_protocol = 2;           ///< stream --protocol: 2 (current) or 1 (JUmPER's older)
   bool slurm = false;      ///< run --slurm: every node of the allocation (multinode_launcher.hpp)
   std::string slurm_job;   ///< record --slurm-job ID
-  bool no_cgroup = false;  ///< run --no-cgroup: the process level from /proc only
+  bool no_cgroup = false;  ///< --no-cgroup: the process and slurm levels from /proc only
 };
 int run_session(const CommonOptions& common, const SessionOptions& session);
 /// `sonde record --slurm-job ID` (src/cli/cmd_record_slurm.cpp).
@@ -118,6 +118,12 @@ struct CompareOptions {
   std::string html;          ///< also write the HTML page there
 };
 int cmd_compare(const CompareOptions& options);
+/// `sonde mark NAME` (src/cli/cmd_mark.cpp).
+struct MarkOptions {
+  std::vector<std::string> name;  ///< the phase's name (words joined by spaces)
+  bool quiet = false;             ///< outside `sonde run`: no error, exit 0
+};
+int cmd_mark(const MarkOptions& options);
 int cmd_config_show(const CommonOptions& common, bool defaults);
 int cmd_config_check(const std::string& file);
 

@@ -1,13 +1,17 @@
 // run / record / stream: one engine, its outputs behind the Sink interface (src/sinks/sink.hpp),
 // sampled by the Sampler (src/core/sampler.hpp). `sonde run` also starts the command, is its
 // subreaper and reaps it.
+#include <fcntl.h>
+#include <sys/auxv.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 
@@ -21,6 +25,8 @@
 #include "core/helper_children.hpp"
 #include "core/json_text.hpp"
 #include "core/live_summary.hpp"
+#include "core/marks.hpp"
+#include "core/phases.hpp"
 #include "core/sampler.hpp"
 #include "core/spawn.hpp"
 #include "sinks/csv_run_dir.hpp"
@@ -31,6 +37,8 @@
 #include "sinks/session_sinks.hpp"
 #include "sinks/sink.hpp"
 #include "sinks/sqlite.hpp"
+
+extern char** environ;
 
 namespace sonde::cli {
 namespace {
@@ -107,13 +115,46 @@ std::optional<int> add_output(const CommonOptions& common, const SessionOptions&
   return std::nullopt;
 }
 
+/// The marks file of a `sonde run`: `dir`/marks.txt, or (no run directory: SQLite output) a
+/// private file in $TMPDIR. Made empty and new (never an existing file or link); the command
+/// runs as sonde's user and appends to it.
+Result<std::string> make_marks_file(const std::string& dir) {
+  std::string path;
+  int fd = -1;
+  if (!dir.empty()) {
+    path = dir + "/marks.txt";
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  } else {
+    const char* tmp = std::getenv("TMPDIR");
+    path =
+        std::string(tmp != nullptr && *tmp == '/' && ::getauxval(AT_SECURE) == 0 ? tmp : "/tmp") +
+        "/sonde-marks-XXXXXX";
+    fd = ::mkostemp(path.data(), O_CLOEXEC);
+  }
+  if (fd < 0)
+    return make_error(Errc::io,
+                      fmt::format("cannot make the marks file {}: {}", path, std::strerror(errno)));
+  ::close(fd);
+  return path;
+}
+
 /// Starts the command with sonde's original signal mask and default dispositions. Returns its pid
 /// or an exit status (127: not found, 126: not runnable) as a negative number.
 /// `why` receives the error.
 pid_t spawn_command(const std::vector<std::string>& command, const SignalGuard& signals,
-                    const cgroup::RunGroup* group, std::string& why) {
+                    const cgroup::RunGroup* group, const std::string& marks_path,
+                    std::string& why) {
   SpawnOptions o;  // program "": found in the user's $PATH, as their shell would
   o.sigmask = &signals.original();
+  // sonde's environment, and where the command writes its marks (core/marks.hpp).
+  std::vector<std::string> env;
+  if (!marks_path.empty()) {
+    const std::string prefix = std::string(kMarksEnv) + "=";
+    for (char** e = environ; *e != nullptr; ++e)
+      if (std::string_view(*e).rfind(prefix, 0) != 0) env.emplace_back(*e);
+    env.push_back(prefix + marks_path);
+    o.env = &env;
+  }
   if (group) o.cgroup_procs = group->procs_fds();
   pid_t child = -1;
   const int err = spawn_program(command, o, child);
@@ -125,25 +166,32 @@ pid_t spawn_command(const std::vector<std::string>& command, const SignalGuard& 
   return child;
 }
 
-/// Where each level's CPU and memory figures come from, for the manifest.
-nlohmann::json level_sources(const Engine& engine, const cgroup::Group* group,
-                             const std::string& no_cgroup_why) {
+/// Where each level's CPU and memory figures come from, for the manifest: at the start, and at
+/// the end with what changed (the slurm level's job cgroup, found at the first scan that saw a
+/// member in it; a level whose member left its cgroup).
+nlohmann::json level_sources(const Engine& engine, const std::string& no_cgroup_why) {
+  const ProcScanner& scanner = engine.scanner();
   nlohmann::json out = nlohmann::json::object();
   for (Level l : engine.levels()) {
     nlohmann::json s;
+    const cgroup::Group& group = scanner.level_cgroup(l);
     if (l == Level::system) {
       s["cpu"] = "/proc/stat";
       s["memory"] = "/proc/meminfo";
-    } else if (l == Level::process && group) {
-      s["cpu"] = fmt::format("cgroup v{} {} ({})", group->version, group->path,
-                             group->version == 1 ? "cpuacct.usage_percpu" : "cpu.stat usage_usec");
-      s["cgroup"] = group->path;
-      s["cgroup_version"] = group->version;
+    } else if (group) {
+      s["cpu"] = fmt::format("cgroup v{} {} ({})", group.version, group.path,
+                             group.version == 1 ? "cpuacct.usage_percpu" : "cpu.stat usage_usec");
+      s["cgroup"] = group.path;
+      s["cgroup_version"] = group.version;
       s["memory"] = "Pss of the members (/proc/<pid>/smaps_rollup)";
+      if (const std::string& left = scanner.level_cgroup_left(l); !left.empty())
+        s["cgroup_left"] = left;
     } else {
       s["cpu"] = "the members' /proc/<pid>/stat, wait4 of those sonde reaps";
       s["memory"] = "Pss of the members (/proc/<pid>/smaps_rollup)";
       if (l == Level::process && !no_cgroup_why.empty()) s["cgroup_not_used"] = no_cgroup_why;
+      if (l == Level::slurm && !scanner.job_cgroup_not_used().empty())
+        s["cgroup_not_used"] = scanner.job_cgroup_not_used();
     }
     out[std::string(level_name(l))] = std::move(s);
   }
@@ -245,6 +293,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   auto engine_r = Engine::create(*cfg, eo, registry);
   if (!engine_r) return fail(engine_r.error().message, error_exit_status(engine_r.error()));
   Engine& engine = **engine_r;
+  engine.scanner().set_job_cgroup_allowed(!so.no_cgroup);
 
   RunStats stats(engine);
   SinkSet sinks;
@@ -263,6 +312,20 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   if (auto status = add_output(common, so, *cfg, engine, target_pid, target_command, sinks,
                                &run_dir, &sqlite))
     return *status;
+
+  // Marks (sonde run): the command appends its phases' names to a file it finds in $SONDE_MARKS,
+  // marks.txt of the run directory (kept with the run), else a private file removed at the end.
+  Phases phases;
+  std::unique_ptr<MarkReader> marks;
+  std::string marks_temp;
+  if (so.mode == Mode::run) {
+    auto made = make_marks_file(run_dir ? run_dir->dir() : std::string());
+    if (!made) return fail(made.error().message, kExitFailure);
+    if (!run_dir) marks_temp = *made;
+    marks = std::make_unique<MarkReader>(*made);
+    sinks.add(make_phase_sink(phases, *marks, engine,
+                              engine.active(Level::process) ? Level::process : Level::system));
+  }
 
   // run --slurm: the agents' rows go to nodes/<node>/ of the run directory (or with their node's
   // name in the database), the aggregate on this run's grid (a sink after the run's own).
@@ -348,7 +411,8 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     }
     const double spawned_at = boottime_now();
     std::string why;
-    child = spawn_command(so.command, signals, run_group ? &*run_group : nullptr, why);
+    child = spawn_command(so.command, signals, run_group ? &*run_group : nullptr,
+                          marks ? marks->path() : std::string(), why);
     if (child < 0) {
       // The command never ran: the output ends as a finished run without rows that says why
       // (its exit status, a note), not as one cut off (`sonde report` warns on it).
@@ -362,8 +426,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     }
     if (run_group)
       engine.scanner().set_level_cgroup(Level::process, run_group->group(), std::move(baseline));
-    start.level_sources =
-        level_sources(engine, run_group ? &run_group->group() : nullptr, no_cgroup_why);
+    start.level_sources = level_sources(engine, no_cgroup_why);
     engine.set_target_pid(child);
     // sonde started the command: everything it and its descendants do is in scope, from the start.
     engine.scanner().set_count_from(spawned_at);
@@ -418,21 +481,20 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   }
   // The command's cgroup goes once the last tick read it (a process it left behind returns to
   // sonde's own cgroup).
-  nlohmann::json final_sources;
+  // The level cgroups' tails (what they ran after the last row); the command's cgroup then goes
+  // (a process it left behind returns to sonde's own cgroup).
+  engine.scanner().read_cgroup_tail();
   if (run_group) {
-    engine.scanner().read_cgroup_tail();
     if (const auto peak = cgroup::read(run_group->group()).memory_peak_bytes)
       outcome.cgroup_memory_peak_bytes = static_cast<double>(*peak);
     if (const std::string problem = run_group->remove(); !problem.empty())
       std::cerr << "sonde: warning: " << problem << "\n";
-    if (const std::string& left = engine.scanner().level_cgroup_left(Level::process);
-        !left.empty()) {
-      std::cerr << "sonde: warning: " << left
-                << ": the process level's CPU comes from /proc from then on\n";
-      final_sources = start.level_sources;
-      final_sources["process"]["cgroup_left"] = left;
-    }
   }
+  for (Level l : engine.levels())
+    if (const std::string& left = engine.scanner().level_cgroup_left(l); !left.empty())
+      std::cerr << "sonde: warning: " << left << ": the " << level_name(l)
+                << " level's CPU comes from /proc from then on\n";
+  nlohmann::json final_sources = level_sources(engine, no_cgroup_why);
   outcome.command = so.command;
   if (!target_command.empty()) {
     outcome.target_command = target_command;
@@ -441,6 +503,22 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
   outcome.wall_s = monotonic_now() - sampler.start_time();
   outcome.run_dir = sinks.location();
   if (processes) outcome.processes = processes->json();
+  if (marks) {
+    // Marks written just before the command ended, and the end of the last phase.
+    phases.add_marks(marks->poll());
+    phases.finish(wallclock_now());
+    outcome.phases = phases.json();
+    if (marks->skipped() + marks->dropped() > 0)
+      std::cerr << fmt::format(
+          "sonde: warning: {} line(s) of the marks file {} were not marks (\"<unix time> <name>\", "
+          "at most {} bytes), {} mark(s) past the first {} were dropped\n",
+          marks->skipped(), marks->path(), kMaxMarkLine, marks->dropped(), kMaxMarks);
+    // The run directory keeps its marks file only when the program marked something.
+    struct stat st {};
+    if (!marks_temp.empty() ||
+        (::lstat(marks->path().c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0))
+      ::unlink(marks->path().c_str());
+  }
 
   RunEnd end;
   end.summary = summary_json(engine, stats, outcome);

@@ -268,7 +268,8 @@ class CpuCollector final : public Collector {
       // The larger level holds the process level (it is a superset of it) and adds its other
       // members where they ran.
       placed.assign(slots_, 0.0);
-      std::vector<double> want = with_carry(raw(l, ctx), l);
+      // The slurm level from the job's cgroup where it has one (ProcScanner::find_job_cgroup).
+      std::vector<double> want = with_carry(exact(raw(l, ctx), ctx.procs->cgroup[li], l), l);
       const auto& index = handle_index_[li];
       // The process level's time is part of this level's want: taken off it core by core, and
       // what the process level placed on another core than this level would have (moved by the

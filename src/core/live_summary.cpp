@@ -183,7 +183,7 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
     // The group holds everything the command ran after it joined, orphans included; its wait4
     // also has the few instructions between fork and joining, which no cgroup saw.
     const auto& ran = scanner.level_cgroup_reading(level).cpu_s;
-    if (ran && outcome.user_cpu_s && outcome.system_cpu_s)
+    if (level == Level::process && ran && outcome.user_cpu_s && outcome.system_cpu_s)
       carried += std::max(
           0.0, *outcome.user_cpu_s + *outcome.system_cpu_s - (*ran + scanner.cgroup_tail_s(level)));
   } else if (level != Level::system) {
@@ -195,6 +195,14 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   j["cpu_seconds"] = cpu ? nlohmann::json(cpu->integral / 100 * cpus + carried) : nlohmann::json();
   TagInputs in;
   if (cpu && cpu->count) in.cpu_mean_pct = *cpu->mean();
+  // Beside the node's: a busy node leaves a program less than it could have used.
+  if (level != Level::system)
+    if (const auto* node_cpu = stats.find(Level::system, "cpu_util_avg");
+        node_cpu && node_cpu->count) {
+      in.node_cpu_mean_pct = *node_cpu->mean();
+      j["node_cpu_mean_pct"] = *in.node_cpu_mean_pct;
+      j["node_num_cpus"] = node.num_system_cpus;
+    }
 
   const auto* mem = stats.find(level, "memory");
   const double limit_gib = static_cast<double>(node.memory_limit_bytes[level_index(level)]) / kGiB;
@@ -231,6 +239,7 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
       j["processes"]["cpu_s_outside"] = std::max(
           0.0, j["cpu_seconds"].get<double>() - outcome.processes["cpu_s_sum"].get<double>());
   }
+  if (outcome.phases.is_array()) j["phases"] = outcome.phases;
   return j;
 }
 
@@ -267,6 +276,31 @@ std::string processes_text(const nlohmann::json& p, std::size_t top) {
   if (p.contains("cpu_s_outside") && p["cpu_s_outside"].get<double>() >= 0.005)
     out += fmt::format("    not in any row above: {:.2f} CPU s (processes shorter than a tick)\n",
                        p["cpu_s_outside"].get<double>());
+  return out;
+}
+
+// The summary's phases (the program's marks): one line each.
+std::string phases_text(const nlohmann::json& phases) {
+  if (!phases.is_array() || phases.empty()) return "";
+  std::string out = fmt::format("  phases       {} (marks of the program):\n", phases.size());
+  out += fmt::format("    {:>15} {:>8} {:>8} {:>6} {:>11} {:>10} {:>10} {:>6}  {}\n", "from-to",
+                     "seconds", "CPU s", "cores", "memory", "read", "written", "GPU", "phase");
+  auto num = [](const nlohmann::json& v, const char* f) {
+    return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : std::string("-");
+  };
+  auto bytes = [](const nlohmann::json& v) {
+    return v.is_number() ? bytes_text(v.get<double>()) : std::string("-");
+  };
+  for (const auto& p : phases) {
+    std::string name = p.value("name", std::string());
+    if (name.size() > 40) name = name.substr(0, 37) + "...";
+    out += fmt::format(
+        "    {:>15} {:>8.2f} {:>8} {:>6} {:>11} {:>10} {:>10} {:>6}  {}\n",
+        fmt::format("{:.1f}-{:.1f} s", p.value("start_s", 0.0), p.value("end_s", 0.0)),
+        p.value("duration_s", 0.0), num(p["cpu_s"], "{:.2f}"), num(p["cpu_mean_cores"], "{:.2f}"),
+        num(p["memory_peak_gib"], "{:.3f} GiB"), bytes(p["io_read_bytes"]),
+        bytes(p["io_write_bytes"]), num(p["gpu_util_mean"], "{:.0f} %"), name);
+  }
   return out;
 }
 }  // namespace
@@ -355,9 +389,17 @@ std::string summary_text(const nlohmann::json& s) {
     out += fmt::format("  network      sent {}, received {} (whole node)\n", bytes_text(*n),
                        bytes_text(num("net_recv_bytes").value_or(0)));
   if (s.contains("processes")) out += processes_text(s["processes"], 5);
+  if (s.contains("phases")) out += phases_text(s["phases"]);
   std::string tags;
   for (const auto& t : s["tags"]) tags += (tags.empty() ? "" : ", ") + t.get<std::string>();
   out += fmt::format("  tags         {}\n", tags.empty() ? std::string("none") : tags);
+  // What node-saturated means, with the figures that made it.
+  for (const auto& t : s["tags"])
+    if (t == "node-saturated" && num("node_cpu_mean_pct") && num("cpu_mean_cores"))
+      out += fmt::format(
+          "               the node was busy (its CPUs {:.0f} % used on average): your program got "
+          "{:.2f} of {:g} cores\n",
+          *num("node_cpu_mean_pct"), *num("cpu_mean_cores"), num("num_cpus").value_or(0));
   if (!s["run_dir"].get<std::string>().empty())
     out += fmt::format("  run dir      {}\n", s["run_dir"].get<std::string>());
   return out;

@@ -49,6 +49,8 @@ struct RunOutcome {
   std::string run_dir;
   /// ProcessTable::json of the run's processes (null: not kept, e.g. no process level).
   nlohmann::json processes;
+  /// Phases::json of the run's marks (null: no mark, or not `sonde run`).
+  nlohmann::json phases;
 };
 
 /// The summary as JSON (keys: command, exit_status, wall_s, user_cpu_s, system_cpu_s,

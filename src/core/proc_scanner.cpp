@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "core/job_cgroup.hpp"
 #include "core/pid_reads.hpp"
 #include "core/slurm_job.hpp"
 
@@ -408,6 +409,8 @@ const ProcSnapshot& ProcScanner::scan(double boottime_s) {
   match_vanished();
   place_reaped();
   read_cgroups();
+  // After read_cgroups: a group found now gives its first delta at the next scan.
+  find_job_cgroup();
   prev_boottime_s_ = boottime_s;
   return *snap_;
 }
@@ -440,6 +443,55 @@ bool ProcScanner::left_group(int pid, const cgroup::Group& g) const {
          (*stat)[close + 2] != 'X';
 }
 
+void ProcScanner::find_job_cgroup() {
+  const std::size_t si = level_index(Level::slurm);
+  if (job_cgroup_done_ || !active_[si] || !target_.slurm_job) return;
+  auto give_up = [&](std::string why) {
+    job_cgroup_done_ = true;
+    job_cgroup_why_not_ = std::move(why);
+  };
+  if (!job_cgroup_allowed_) return give_up("--no-cgroup");
+  if (!slurm_cgroups_)
+    return give_up("this node puts no Slurm job into a cgroup (jobs from SLURM_JOB_ID)");
+  // The job's cgroup from the first member that is in it (a member of the process level may be
+  // outside: `sonde run` of a command that is not a job's).
+  JobCgroup job;
+  for (std::uint32_t i : snap_->members[si]) {
+    const PidSample& p = snap_->pids[i];
+    auto text = read_file(roots_.proc + "/" + std::to_string(p.pid) + "/cgroup");
+    if (!text) continue;
+    if (slurm_job_from_cgroup(*text) != target_.slurm_job) continue;
+    job = job_cgroup_of(*text, CgroupLayout::discover(roots_));
+    break;
+  }
+  if (job.path.empty()) return;  // no member in the job's cgroup yet: look again next scan
+  cgroup::Group g;
+  if (!job.cpuacct.empty()) {
+    g = {1, job.path, job.cpuacct, job.memory};
+  } else if (!job.v2.empty()) {
+    g = {2, job.path, job.v2, job.v2};
+  } else {
+    return give_up(
+        fmt::format("the job's cgroup {} is in no cpuacct or unified hierarchy mounted "
+                    "here",
+                    job.path));
+  }
+  // An agent leaves itself out of the job (target_.exclude_pid) but runs in the job's cgroup
+  // when srun started it there: the group's account would hold its time.
+  if (target_.exclude_pid > 0) {
+    if (auto self = read_file(roots_.proc + "/self/cgroup");
+        self && slurm_job_from_cgroup(*self) == target_.slurm_job)
+      return give_up("sonde itself runs in the job's cgroup " + job.path +
+                     " and is no member of the level");
+  }
+  cgroup::Reading baseline = cgroup::read(g);
+  if (!baseline.cpu_s)
+    return give_up(fmt::format("the CPU account of the job's cgroup {} is not readable in {}",
+                               job.path, g.cpu_dir));
+  job_cgroup_done_ = true;
+  set_level_cgroup(Level::slurm, std::move(g), std::move(baseline));
+}
+
 void ProcScanner::read_cgroup_tail() {
   for (LevelCgroup& c : cgroups_) {
     c.tail_s = 0;
@@ -458,7 +510,24 @@ void ProcScanner::read_cgroups() {
     // The group holds the level only while every member is in it: a member that moved itself to
     // another cgroup (systemd-run --scope, a job joining its own) takes its time elsewhere, and
     // the level's figures come from /proc from then on.
-    if (auto procs = read_file(c.group.cpu_dir + "/cgroup.procs")) {
+    if (li == level_index(Level::slurm)) {
+      // The job's processes are in its step and task cgroups below it, so its cgroup.procs lists
+      // none of them; a member whose job came from its cgroup is in the group by construction.
+      // Only a member of the process level that is not the job's (a command `sonde run` started
+      // outside it) can be outside.
+      for (std::uint32_t i : snap_->members[li]) {
+        const PidSample& p = snap_->pids[i];
+        if (p.state == 'Z') continue;
+        if (auto it = entries_.find(p.pid);
+            it != entries_.end() && it->second->slurm_job == target_.slurm_job)
+          continue;
+        if (!left_group(p.pid, c.group)) continue;
+        c.left = fmt::format("process {} ({}) of the {} level is outside the job's cgroup {}",
+                             p.pid, p.comm(), level_name(Level::slurm), c.group.path);
+        break;
+      }
+      if (!c.left.empty()) continue;
+    } else if (auto procs = read_file(c.group.cpu_dir + "/cgroup.procs")) {
       std::vector<int> in;
       std::size_t pos = 0;
       while (pos < procs->size()) {

@@ -165,6 +165,14 @@ class ProcScanner {
   bool level_cgroup_active(Level l) const {
     return cgroups_[level_index(l)].group && cgroups_[level_index(l)].left.empty();
   }
+  /// Whether the slurm level may take its figures from the job's cgroup (default: yes;
+  /// `--no-cgroup` turns it off). Where the node puts jobs into cgroups, the first scan that finds
+  /// a member whose job comes from its cgroup sets the job's `job_<id>` cgroup as the level's
+  /// source (set_level_cgroup); the figures of that first interval still come from /proc.
+  void set_job_cgroup_allowed(bool on) { job_cgroup_allowed_ = on; }
+  /// Why the slurm level's figures do not come from the job's cgroup ("" while they do, or while
+  /// no member has been seen yet).
+  const std::string& job_cgroup_not_used() const { return job_cgroup_why_not_; }
   /// After the last scan, once the command is reaped: reads each active cgroup again; what it ran
   /// since that scan (the command's exit) is in no row, and the summary counts it.
   void read_cgroup_tail();
@@ -227,6 +235,12 @@ class ProcScanner {
   };
   std::array<LevelCgroup, kNumLevels> cgroups_;
   void read_cgroups();
+  /// The slurm level's job cgroup, looked for until found or found unusable (see
+  /// set_job_cgroup_allowed).
+  void find_job_cgroup();
+  bool job_cgroup_allowed_ = true;
+  bool job_cgroup_done_ = false;
+  std::string job_cgroup_why_not_;
   /// Whether `pid`, alive, is in a cgroup outside `g` and its descendants.
   bool left_group(int pid, const cgroup::Group& g) const;
   std::array<std::vector<CpuShare>, kNumLevels> late_;

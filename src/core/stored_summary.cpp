@@ -434,6 +434,16 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
     L["totals"] = totals;
     levels[lname] = L;
   }
+  // node-saturated (summary_json's rule): each lower level beside the node's mean.
+  if (levels.contains("system") && levels["system"].contains("groups") &&
+      levels["system"]["groups"].contains("cpu")) {
+    const auto node_mean = opt_number(levels["system"]["groups"]["cpu"]["mean"]);
+    for (auto& [lname, L] : levels.items()) {
+      if (lname == "system" || !L.contains("groups") || !L["groups"].contains("cpu")) continue;
+      if (node_saturated(node_mean, opt_number(L["groups"]["cpu"]["mean"])))
+        L["tags"].push_back("node-saturated");
+    }
+  }
   j["levels"] = levels;
 
   // The top-level figures: the program's level (process), else the node, as summary_json.
@@ -498,9 +508,14 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
 
   // Tags: the rules of summary_json (core/summary.cpp: bottleneck_tags) at the main level.
   j["tags"] = ML.contains("tags") ? ML["tags"] : nlohmann::json::array();
+  if (mname != "system" && levels.contains("system") && levels["system"].contains("groups") &&
+      levels["system"]["groups"].contains("cpu"))
+    j["node_cpu_mean_pct"] = levels["system"]["groups"]["cpu"]["mean"];
   // The run's process table, as `sonde run` kept it (the whole run's: not for a window).
   if (!window && stored.is_object() && stored.contains("processes"))
     j["processes"] = stored["processes"];
+  // The phases of the program's marks, likewise.
+  if (!window && stored.is_object() && stored.contains("phases")) j["phases"] = stored["phases"];
   if (!run.nodes.empty()) add_nodes_summary(j, run, window);
   return j;
 }

@@ -49,7 +49,13 @@ std::vector<std::string> bottleneck_tags(const TagInputs& in) {
       *in.gpu_util_mean_pct < kGpuUnused)
     tags.push_back("gpu-allocated-but-not-used");
   if (node_imbalance(in.node_cpu)) tags.push_back("node-imbalance");
+  if (node_saturated(in.node_cpu_mean_pct, in.cpu_mean_pct)) tags.push_back("node-saturated");
   return tags;
+}
+
+bool node_saturated(std::optional<double> node_cpu_mean_pct, std::optional<double> cpu_mean_pct) {
+  return node_cpu_mean_pct && cpu_mean_pct && *node_cpu_mean_pct >= kNodeSaturatedPct &&
+         *cpu_mean_pct < kNodeSaturatedPct;
 }
 
 bool node_imbalance(const std::vector<TagInputs::NodeCpu>& nodes) {

@@ -24,7 +24,9 @@ struct ColumnStats {
 
 /// What the bottleneck tags are decided from (one level). Absent figures give no tag.
 struct TagInputs {
-  std::optional<double> cpu_mean_pct;       ///< mean cpu_util_avg
+  std::optional<double> cpu_mean_pct;  ///< mean cpu_util_avg
+  /// The node's mean cpu_util_avg (system level) beside a lower level's; unset at the system level.
+  std::optional<double> node_cpu_mean_pct;
   std::optional<double> memory_peak_gib;    ///< peak `memory`
   std::optional<double> memory_limit_gib;   ///< the level's memory limit
   std::optional<double> gpu_util_mean_pct;  ///< mean utilisation of the GPUs the level used
@@ -45,10 +47,16 @@ inline constexpr double kNodeBusyPct = 50;
 inline constexpr double kNodeIdleShare = 0.25;
 /// Whether `nodes` (TagInputs::node_cpu) are imbalanced (the rule above); false for < 2 nodes.
 bool node_imbalance(const std::vector<TagInputs::NodeCpu>& nodes);
+/// node-saturated: the node's CPUs were busy (the system level's mean at or above this percent of
+/// them) while the level got less than this percent of the CPUs available to it: other processes
+/// took what it could have used.
+inline constexpr double kNodeSaturatedPct = 90;
+bool node_saturated(std::optional<double> node_cpu_mean_pct, std::optional<double> cpu_mean_pct);
 /// The tags, in this order: cpu-bound (mean CPU >= 70 % of the available CPUs), memory-bound
 /// (peak >= 80 % of the limit), gpu-util-bound (mean >= 70 %), gpu-memory-bound (peak on one GPU
 /// >= 90 % of its memory), gpu-allocated-but-not-used (GPU memory held, mean utilisation < 10 %),
-/// node-imbalance (multi-node runs: node_imbalance of TagInputs::node_cpu).
+/// node-imbalance (multi-node runs: node_imbalance of TagInputs::node_cpu), node-saturated
+/// (node_saturated).
 /// The one rule for `sonde run`'s summary, `sonde report` and the Jupyter reports.
 std::vector<std::string> bottleneck_tags(const TagInputs& in);
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/engine.hpp"
+#include "core/utf8.hpp"
 #include "sinks/prometheus_owners.hpp"
 
 namespace sonde::prom {
@@ -49,8 +50,7 @@ struct Family {
 /// valid UTF-8 becomes U+FFFD (the formats are UTF-8: one such byte makes a scraper or promtool
 /// reject the whole page).
 std::string escape_label_value(std::string_view v);
-/// Whether `v` is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
-bool is_utf8(std::string_view v);
+using sonde::is_utf8;  // core/utf8.hpp
 /// Escapes HELP text (backslash and newline; OpenMetrics also double quote).
 std::string escape_help(std::string_view v, Format f);
 /// A valid metric-name part: lower case, [a-z0-9_], no leading digit, no repeated '_'.

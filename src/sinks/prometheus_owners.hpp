@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/fs.hpp"
+#include "core/job_cgroup.hpp"
 #include "core/slurm_job.hpp"
 
 namespace sonde::prom {
@@ -147,32 +148,6 @@ class OwnerAggregator {
   OwnerUsage usage_;
 };
 
-/// Where each cgroup controller's hierarchy is mounted (from /proc/self/mountinfo), to find a
-/// job's cgroup directory from a /proc/<pid>/cgroup path.
-struct CgroupLayout {
-  struct Mount {
-    std::vector<std::string> controllers;  ///< v1 only
-    std::string dir;                       ///< where its files are (re-rooted)
-    std::string root;                      ///< the cgroup path mounted there ("/" usually)
-  };
-  std::optional<Mount> v2;  ///< the unified hierarchy
-  std::vector<Mount> v1;
-  /// Reads `<proc>/self/mountinfo` (mounts under /sys re-rooted at `roots.sys`); without it,
-  /// the usual places under `<sys>/fs/cgroup`.
-  static CgroupLayout discover(const Roots& roots);
-};
-
-/// A job's cgroup directories (the `job_<id>` level), by hierarchy; empty when unknown.
-struct JobCgroup {
-  std::string v2;      ///< unified hierarchy
-  std::string cpuset;  ///< v1 controllers
-  std::string memory;
-  std::string cpuacct;
-  std::optional<std::uint32_t> uid;  ///< v1 path's uid_<u>
-  bool empty() const { return v2.empty() && cpuset.empty() && memory.empty() && cpuacct.empty(); }
-};
-/// The job cgroup directories of a process from its /proc/<pid>/cgroup text.
-JobCgroup job_cgroup_of(std::string_view cgroup_text, const CgroupLayout& layout);
 /// Reads the job's cgroup files: cpuset.cpus.effective (v2; v1 cpuset.effective_cpus or
 /// cpuset.cpus), memory.max / memory.limit_in_bytes, cpuacct.usage_percpu (v1).
 JobFacts read_job_cgroup(const JobCgroup& cg);

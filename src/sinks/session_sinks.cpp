@@ -1,7 +1,11 @@
 #include "sinks/session_sinks.hpp"
 
+#include <cmath>
+#include <limits>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "sinks/json_stream.hpp"
 
@@ -103,6 +107,73 @@ class ProcessTableSink final : public Sink {
   std::optional<double> origin_;
 };
 
+class PhaseSink final : public Sink {
+ public:
+  PhaseSink(Phases& phases, MarkReader& marks, const Engine& engine, Level level)
+      : phases_(phases), marks_(marks), level_(level) {
+    const NodeInfo& node = engine.node_info();
+    const double per_level = node.level_num_cpus[level_index(level)];
+    cpus_ = per_level > 0            ? per_level
+            : level == Level::system ? node.num_system_cpus
+                                     : node.num_cpus;
+    const auto& names = engine.columns(level);
+    auto index = [&](const std::string& name) -> std::optional<std::size_t> {
+      for (std::size_t i = 0; i < names.size(); ++i)
+        if (names[i] == name) return i;
+      return std::nullopt;
+    };
+    cpu_ = index("cpu_util_avg");
+    memory_ = index("memory");
+    read_ = index("io_read");
+    write_ = index("io_write");
+    for (int g = 0;; ++g) {
+      auto u = index("gpu_util_" + std::to_string(g));
+      if (!u) break;
+      gpus_.push_back({*u, index("gpu_mem_" + std::to_string(g))});
+    }
+  }
+  std::string name() const override { return "the run's phases"; }
+  SinkStatus write(const Engine::Tick& tick) override {
+    // The first row covers the interval from the run's baseline: "(start)" begins there.
+    if (first_) phases_.set_origin(tick.ctx.wallclock_s - tick.ctx.dt_s);
+    first_ = false;
+    phases_.add_marks(marks_.poll());
+    const auto& row = tick.rows[level_index(level_)];
+    auto at = [&](std::optional<std::size_t> i) {
+      return i && *i < row.size() ? row[*i] : std::numeric_limits<double>::quiet_NaN();
+    };
+    Phases::Row r;
+    r.end_s = tick.ctx.wallclock_s;
+    r.dt_s = tick.ctx.dt_s;
+    r.cpu_cores = at(cpu_) * cpus_ / 100.0;
+    r.memory_gib = at(memory_);
+    r.read_bps = at(read_);
+    r.write_bps = at(write_);
+    // The GPUs the level holds memory on in this row (every GPU at the system level), as the
+    // summary's gpu_util_mean takes the GPUs it used.
+    double util = 0;
+    int n = 0;
+    for (const auto& [u, m] : gpus_) {
+      const double v = at(u);
+      if (!std::isfinite(v) || (level_ != Level::system && !(at(m) > 0))) continue;
+      util += v;
+      ++n;
+    }
+    r.gpu_util_pct = n ? util / n : std::numeric_limits<double>::quiet_NaN();
+    phases_.add_row(r);
+    return SinkStatus::ok;
+  }
+
+ private:
+  Phases& phases_;
+  MarkReader& marks_;
+  Level level_;
+  bool first_ = true;
+  double cpus_ = 1;
+  std::optional<std::size_t> cpu_, memory_, read_, write_;
+  std::vector<std::pair<std::size_t, std::optional<std::size_t>>> gpus_;
+};
+
 }  // namespace
 
 std::unique_ptr<Sink> make_run_dir_sink(std::unique_ptr<RunDirSink> dir) {
@@ -125,6 +196,11 @@ std::unique_ptr<Sink> make_stats_sink(RunStats& stats) {
 
 std::unique_ptr<Sink> make_process_table_sink(ProcessTable& table, Level level) {
   return std::make_unique<ProcessTableSink>(table, level);
+}
+
+std::unique_ptr<Sink> make_phase_sink(Phases& phases, MarkReader& marks, const Engine& engine,
+                                      Level level) {
+  return std::make_unique<PhaseSink>(phases, marks, engine, level);
 }
 
 }  // namespace sonde

@@ -4,6 +4,8 @@
 #include <memory>
 
 #include "core/live_summary.hpp"
+#include "core/marks.hpp"
+#include "core/phases.hpp"
 #include "core/process_table.hpp"
 #include "sinks/csv_run_dir.hpp"
 #include "sinks/sink.hpp"
@@ -24,5 +26,9 @@ std::unique_ptr<Sink> make_stats_sink(RunStats& stats);
 /// Feeds `table` the members of `level` at each tick, times in seconds since the run's start
 /// (its baseline tick, else its first).
 std::unique_ptr<Sink> make_process_table_sink(ProcessTable& table, Level level);
+/// At each tick, reads the program's new marks from `marks` and gives `phases` the row of
+/// `level` (its CPU, memory, I/O and GPU columns; wall-clock times). Both must outlive the sink.
+std::unique_ptr<Sink> make_phase_sink(Phases& phases, MarkReader& marks, const Engine& engine,
+                                      Level level);
 
 }  // namespace sonde

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -908,6 +909,116 @@ TEST(Accuracy, SubTickIntervalsNeverAverageASubsetOfCores) {
   }
   EXPECT_GT(measured, 0u);
   EXPECT_EQ(subset, 0u) << "rows whose average leaves out a core that was not measured";
+}
+
+// Issue 23: the slurm level from the job's cgroup, where the node puts jobs into cgroups. A real
+// cgroup v1 job hierarchy (slurm/uid_0/job_4242/step_0, as slurmstepd makes it) is built below a
+// cgroup of the test's own, and shown to sonde as the node's through a cgroup and a mount
+// namespace (unshare), so that no other test ever sees a Slurm node. The job runs 100 orphaned
+// grandchildren of 20 ms (reaped by init, most between two ticks: the /proc path cannot see
+// them); `sonde record --pid` of the job's process, from outside the job's cgroup.
+class JobHierarchy {
+ public:
+  JobHierarchy() {
+    if (::geteuid() != 0 || !fs::exists("/sys/fs/cgroup/cpuacct/cpuacct.usage")) return;
+    if (run_command({"sh", "-c", "command -v unshare"}).status != 0) return;
+    base_ = fs::path("/sys/fs/cgroup/cpuacct") / ("sonde-slurm-" + std::to_string(::getpid()));
+    std::error_code ec;
+    fs::create_directory(base_, ec);
+    if (ec) base_.clear();
+  }
+  ~JobHierarchy() {
+    if (base_.empty()) return;
+    // Deepest first; each is empty by then (every task was reaped).
+    std::vector<fs::path> dirs;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(base_, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      if (it->is_directory(ec)) dirs.push_back(it->path());
+    std::sort(dirs.begin(), dirs.end(), [](const fs::path& a, const fs::path& b) {
+      return a.string().size() > b.string().size();
+    });
+    for (const auto& d : dirs) ::rmdir(d.c_str());
+    ::rmdir(base_.c_str());
+  }
+  bool ok() const { return !base_.empty(); }
+  const fs::path& base() const { return base_; }
+
+ private:
+  fs::path base_;
+};
+
+TEST(Accuracy, SlurmLevelFromTheJobsCgroup) {
+  JobHierarchy job;
+  if (!job.ok()) GTEST_SKIP() << "needs root, a cgroup v1 cpuacct hierarchy and unshare";
+  const fs::path dir = scratch_dir();
+  const fs::path rusage = dir / "rusage.txt";
+  // In the namespaces: the test's cgroup is the root of the cpuacct hierarchy, mounted alone at
+  // /sys/fs/cgroup/cpuacct (a tmpfs hides the machine's hierarchies).
+  const std::string inner = R"(
+set -e
+mount -t tmpfs sonde-test /sys/fs/cgroup
+mkdir /sys/fs/cgroup/cpuacct
+mount -t cgroup -o cpuacct cgroup /sys/fs/cgroup/cpuacct
+step=/sys/fs/cgroup/cpuacct/slurm/uid_0/job_4242/step_0
+mkdir -p "$step"
+sh -c 'echo $$ > "$1/cgroup.procs" && sleep 1 && exec "$2" orphans 100 20' job "$step" "$WORKLOAD" &
+pid=$!
+rec() { "$SONDE" record --pid "$pid" --levels process,slurm,system --interval 0.2 --quiet "$@"; }
+rec --out "$DIR/cgroup" & a=$!
+rec --out "$DIR/proc" --no-cgroup & b=$!
+wait "$a"
+wait "$b"
+wait "$pid"
+cat "$step/../cpuacct.usage" > "$DIR/job_usage"
+)";
+  const std::string outer =
+      "echo $$ > \"$BASE/cgroup.procs\" && exec unshare --cgroup --mount sh -c \"$INNER\"";
+  RunOptions o;
+  o.env = {{"BASE", job.base().string()},
+           {"INNER", inner},
+           {"SONDE", sonde_binary()},
+           {"WORKLOAD", workload()},
+           {"DIR", dir.string()},
+           {"SLURM_JOB_ID", "4242"},
+           {"SONDE_WORKLOAD_RUSAGE", rusage.string()}};
+  const RunResult r = run_command({"sh", "-c", outer}, o);
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const fs::path run = run_dir(dir / "cgroup");  // checks the physical invariants
+  const nlohmann::json slurm = read_json(run / "manifest.json").at("level_sources").at("slurm");
+  ASSERT_EQ(slurm.value("cgroup", ""), "/slurm/uid_0/job_4242") << slurm.dump();
+  EXPECT_EQ(slurm.value("cgroup_version", 0), 1) << slurm.dump();
+  // The truth: the job cgroup's own account, read by the test once the job ended (sonde's
+  // figures come from the same kernel counter, read each tick and placed in rows). The processes'
+  // own rusage lines (the job's process with its reaped children, each grandchild) bound it from
+  // below: they leave out the grandchildren's exit, which init reaps (about 2 ms each here).
+  const double truth = std::stod(read_file(dir / "job_usage")) * 1e-9;
+  double rusage_sum = 0;
+  std::size_t lines = 0;
+  {
+    std::istringstream in(read_file(rusage));
+    std::string mode;
+    double cpu = 0;
+    while (in >> mode >> cpu) {
+      rusage_sum += cpu;
+      ++lines;
+    }
+  }
+  ASSERT_EQ(lines, 101u) << read_file(rusage);
+  ASSERT_GT(rusage_sum, 100 * 0.02 * 0.99);
+  EXPECT_GE(truth, rusage_sum * 0.999) << "the cgroup holds every process of the job";
+  expect_within(totals(run, "slurm").cpu_core_s, truth, kCpuTolerance,
+                "core-seconds of a job of 100 orphaned grandchildren of 20 ms, from its cgroup");
+  EXPECT_GE(totals(run, "slurm").cpu_core_s, rusage_sum * (1 - kCpuTolerance));
+  // The same job recorded at the same time from /proc (--no-cgroup): the manifest says why, and
+  // the figure is printed beside the truth (most grandchildren live between two ticks).
+  const fs::path proc = run_dir(dir / "proc");
+  const nlohmann::json off = read_json(proc / "manifest.json").at("level_sources").at("slurm");
+  EXPECT_EQ(off.value("cgroup_not_used", ""), "--no-cgroup") << off.dump();
+  std::printf(
+      "slurm level: job cgroup %.3f s (rusage lines %.3f s), sonde from the job's cgroup %.3f s, "
+      "from /proc %.3f s\n",
+      truth, rusage_sum, totals(run, "slurm").cpu_core_s, totals(proc, "slurm").cpu_core_s);
 }
 
 }  // namespace

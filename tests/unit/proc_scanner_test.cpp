@@ -39,6 +39,7 @@ class FakeProc {
     std::uint64_t statm_resident = 0;  ///< 0: rss_pages
     std::uint64_t pss_kib = 0;         ///< 0: no smaps_rollup (a zombie's is empty)
     std::uint64_t statm_shared = 5;    ///< resident file-backed and shmem pages
+    std::string cgroup;                ///< /proc/<pid>/cgroup text ("": none written)
   };
 
   /// One thread of a process: /proc/<pid>/task/<tid>/stat.
@@ -84,6 +85,7 @@ class FakeProc {
       env.push_back('\0');
     }
     std::ofstream(dir / "environ", std::ios::binary) << env;
+    if (!p.cgroup.empty()) std::ofstream(dir / "cgroup") << p.cgroup;
     std::ofstream(dir / "io") << fmt::format(
         "rchar: 0\nwchar: 0\nsyscr: 1\nsyscw: 2\nread_bytes: {}\nwrite_bytes: {}\n"
         "cancelled_write_bytes: 0\n",
@@ -389,6 +391,73 @@ TEST(ProcScanner, FdBudgetFallsBackToOpeningPerTick) {
   EXPECT_LE(scanner.fds_open(), 4u);
   EXPECT_EQ(s.members[level_index(Level::user)].size(), 10u);
   EXPECT_GT(s.reopened_per_tick, 0u);
+}
+
+// Issue 23: on a node whose Slurm jobs are in cgroups (v2: system.slice/slurmstepd.scope), the
+// slurm level's CPU is the job's cgroup account (cpu.stat usage_usec); the first scan finds the
+// group (its figures still from /proc), the next ones give its deltas. A member of the process
+// level outside the job's cgroup makes the level fall back to /proc, said once.
+TEST(ProcScanner, SlurmLevelFromTheJobsCgroupV2) {
+  FakeProc proc;
+  const fs::path sys = fs::path(proc.path()) / "sys";
+  const fs::path job = sys / "fs/cgroup/system.slice/slurmstepd.scope/job_77";
+  fs::create_directories(job / "step_0/user/task_0");
+  fs::create_directories(fs::path(proc.path()) / "self");
+  std::ofstream(fs::path(proc.path()) / "self/mountinfo")
+      << "32 22 0:27 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+  auto usage = [&](std::uint64_t usec) {
+    std::ofstream(job / "cpu.stat")
+        << "usage_usec " << usec << "\nuser_usec " << usec << "\nsystem_usec 0\n";
+  };
+  usage(5'000'000);
+  const std::string in_job = "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n";
+  proc.write({.pid = 1, .ppid = 0, .comm = "init", .uid = 0, .cgroup = "0::/init.scope\n"});
+  proc.write({.pid = 100, .ppid = 1, .comm = "task", .uid = 1000, .cgroup = in_job});
+  proc.write({.pid = 101, .ppid = 100, .comm = "rank", .uid = 1000, .cgroup = in_job});
+  TargetInfo target{.pid = 100, .uid = 1000, .slurm_job = "77"};
+  ProcScanner scanner({.proc = proc.path(), .sys = sys.string()}, target, kAll, {});
+  const auto& first = scanner.scan(1000.0);
+  EXPECT_EQ(members(first, Level::slurm), (std::vector<int>{100, 101}));
+  EXPECT_FALSE(first.cgroup[level_index(Level::slurm)].valid) << "found now: no delta yet";
+  ASSERT_TRUE(scanner.level_cgroup(Level::slurm));
+  EXPECT_EQ(scanner.level_cgroup(Level::slurm).version, 2);
+  EXPECT_EQ(scanner.level_cgroup(Level::slurm).path, "/system.slice/slurmstepd.scope/job_77");
+  EXPECT_EQ(scanner.job_cgroup_not_used(), "");
+  usage(5'750'000);
+  const auto& second = scanner.scan(1001.0);
+  const CgroupDelta& d = second.cgroup[level_index(Level::slurm)];
+  ASSERT_TRUE(d.valid);
+  EXPECT_DOUBLE_EQ(d.cpu_s, 0.75);
+  EXPECT_FALSE(scanner.level_cgroup(Level::process)) << "the process level is not the job's";
+
+  // A member of the tree outside the job's cgroup (here: moved to another one): from /proc.
+  proc.write({.pid = 102,
+              .ppid = 100,
+              .comm = "escaped",
+              .uid = 1000,
+              .cgroup = "0::/system.slice/other.service\n"});
+  usage(6'000'000);
+  scanner.scan(1002.0);
+  EXPECT_FALSE(scanner.level_cgroup_active(Level::slurm));
+  EXPECT_NE(scanner.level_cgroup_left(Level::slurm).find("102"), std::string::npos)
+      << scanner.level_cgroup_left(Level::slurm);
+}
+
+// Where the node has no Slurm cgroups, or --no-cgroup: the slurm level comes from /proc and the
+// scanner says why.
+TEST(ProcScanner, SlurmLevelWithoutJobCgroupsSaysWhy) {
+  FakeProc proc;
+  proc.write({.pid = 100, .ppid = 1, .comm = "task", .uid = 1000, .slurm_job = "5"});
+  TargetInfo target{.pid = 100, .uid = 1000, .slurm_job = "5"};
+  ProcScanner scanner({.proc = proc.path(), .sys = "/nonexistent"}, target, kAll, {});
+  scanner.scan(1000.0);
+  EXPECT_FALSE(scanner.level_cgroup(Level::slurm));
+  EXPECT_NE(scanner.job_cgroup_not_used().find("SLURM_JOB_ID"), std::string::npos)
+      << scanner.job_cgroup_not_used();
+  ProcScanner off({.proc = proc.path(), .sys = "/nonexistent"}, target, kAll, {});
+  off.set_job_cgroup_allowed(false);
+  off.scan(1000.0);
+  EXPECT_EQ(off.job_cgroup_not_used(), "--no-cgroup");
 }
 
 TEST(ProcScanner, RealProcFindsItselfAndChildren) {

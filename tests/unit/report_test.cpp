@@ -53,7 +53,8 @@ TEST(ReportCharts, ResolvesRulesAndPluginColumns) {
   const auto* io = chart(charts, "io_bytes");
   ASSERT_EQ((*io)["series"].size(), 1u) << "io_write is absent";
   EXPECT_EQ((*io)["series"][0]["label"], "read");
-  EXPECT_DOUBLE_EQ((*io)["scale"].get<double>(), 1e-6);
+  EXPECT_DOUBLE_EQ((*io)["scale"].get<double>(), 1.0 / (1024 * 1024)) << "MiB/s, as the summary";
+  EXPECT_EQ((*io)["unit"], "MiB/s");
   const auto* temp = chart(charts, "auto:temp_");
   ASSERT_TRUE(temp);
   EXPECT_EQ((*temp)["series"].size(), 3u);
