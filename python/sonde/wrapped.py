@@ -1,0 +1,252 @@
+"""A kernel started and spoken to by the sonde wrapper kernel (sonde.kernel).
+
+jupyter_client's KernelManager starts it from its kernelspec (its own session and process group);
+its five channels are plain synchronous zmq sockets of this module, signed with jupyter_client's
+Session, so that the wrapper kernel's event loop never runs a second one. Every call of
+KernelManager (which runs coroutines to completion) is made on one worker thread of its own.
+"""
+
+import concurrent.futures
+import os
+import signal
+import time
+import uuid
+
+import zmq
+from jupyter_client.session import Session
+
+CHANNELS = ("shell", "iopub", "stdin", "control")
+
+
+class KernelDied(Exception):
+    """The wrapped kernel's process ended while a reply was awaited."""
+
+
+def exit_text(code):
+    """`exit status 1`, `killed by signal 9 (SIGKILL)` from Popen.returncode."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "?"
+        return f"killed by signal {-code} ({name})"
+    return f"exit status {code}"
+
+
+class WrappedKernel:
+    """One running kernel of a kernelspec: start(), request(), wait(), interrupt(), shutdown().
+
+    Messages are read by wait(): iopub ones go to on_iopub(msg), input requests to
+    on_input(msg) (which returns the text to send back).
+    """
+
+    def __init__(self, name, spec_manager, cwd=None):
+        self.name = name
+        self.spec_manager = spec_manager
+        self.cwd = cwd
+        self.km = None
+        self.ctx = zmq.Context()
+        self.sockets = {}
+        self.session = None
+        self.kernel_info = {}
+        self.starts = 0
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sonde-km")
+
+    def _km_call(self, fn, *args, **kwargs):
+        return self._pool.submit(fn, *args, **kwargs).result()
+
+    # Life -----------------------------------------------------------------------------------
+    def start(self, timeout=60.0):
+        """Starts the kernel (again, after it died) and waits until it answers kernel_info."""
+        from jupyter_client import KernelManager
+
+        self._close_sockets()
+        if self.km is not None:
+            try:
+                self._km_call(self.km.cleanup_resources)
+            except Exception:  # pragma: no cover - the files of a dead kernel
+                pass
+        self.km = KernelManager(kernel_name=self.name, kernel_spec_manager=self.spec_manager)
+        kwargs = {"cwd": self.cwd} if self.cwd else {}
+        self._km_call(self.km.start_kernel, **kwargs)
+        info = self.km.get_connection_info(session=False)
+        self.session = Session(key=info["key"], signature_scheme=info["signature_scheme"],
+                               username="sonde")
+        for ch in CHANNELS:
+            kind = zmq.SUB if ch == "iopub" else zmq.DEALER
+            s = self.ctx.socket(kind)
+            s.linger = 0
+            if kind == zmq.SUB:
+                s.setsockopt(zmq.SUBSCRIBE, b"")
+            else:
+                s.setsockopt(zmq.IDENTITY, uuid.uuid4().hex.encode())
+            s.connect(f"{info['transport']}://{info['ip']}:{info[ch + '_port']}")
+            self.sockets[ch] = s
+        self.starts += 1
+        self._wait_ready(timeout)
+        return self.pid
+
+    def _wait_ready(self, timeout):
+        """kernel_info until the shell replies and iopub has delivered a message (its status)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            msg_id = self.request("kernel_info_request", {})
+            got_reply = got_iopub = False
+            step = time.monotonic() + 1.0
+            while time.monotonic() < step and not (got_reply and got_iopub):
+                self.check_alive()
+                for ch, msg in self._poll(100):
+                    if msg["parent_header"].get("msg_id") != msg_id:
+                        continue
+                    if ch == "shell":
+                        got_reply = True
+                        self.kernel_info = msg["content"]
+                    elif ch == "iopub":
+                        got_iopub = True
+            if got_reply and got_iopub:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the kernel '{self.name}' did not answer within "
+                                   f"{timeout:g} s")
+
+    @property
+    def process(self):
+        prov = getattr(self.km, "provisioner", None)
+        return getattr(prov, "process", None)
+
+    @property
+    def pid(self):
+        p = self.process
+        return p.pid if p is not None else None
+
+    def returncode(self):
+        """None while the kernel runs, else Popen's returncode (reaped here)."""
+        p = self.process
+        return None if p is None else p.poll()
+
+    def check_alive(self):
+        code = self.returncode()
+        if code is not None:
+            raise KernelDied(exit_text(code))
+
+    @property
+    def language_info(self):
+        return self.kernel_info.get("language_info") or {}
+
+    @property
+    def interrupt_mode(self):
+        spec = getattr(self.km, "kernel_spec", None)
+        return getattr(spec, "interrupt_mode", "signal") or "signal"
+
+    def interrupt(self):
+        """As jupyter_client's interrupt_kernel: SIGINT to the kernel's process group, or an
+        interrupt_request on the control channel when its kernelspec says `message`."""
+        if self.returncode() is not None:
+            return False
+        if self.interrupt_mode == "message":
+            self.session.send(self.sockets["control"], "interrupt_request", {})
+            return True
+        pid = self.pid
+        try:
+            pgid = os.getpgid(pid)
+            if pgid == pid:
+                os.killpg(pgid, signal.SIGINT)
+            else:
+                os.kill(pid, signal.SIGINT)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def shutdown(self):
+        if self.km is None:
+            return
+        try:
+            if self.returncode() is None:
+                self._km_call(self.km.shutdown_kernel, now=False)
+            else:
+                self._km_call(self.km.cleanup_resources)
+        except Exception:
+            try:
+                self._km_call(self.km.shutdown_kernel, now=True)
+            except Exception:
+                pass
+        self._close_sockets()
+        self._pool.shutdown(wait=False)
+
+    def _close_sockets(self):
+        for s in self.sockets.values():
+            s.close(0)
+        self.sockets = {}
+
+    # Messages --------------------------------------------------------------------------------
+    def request(self, msg_type, content, channel="shell", metadata=None):
+        """Sends a request; returns its msg_id."""
+        msg = self.session.msg(msg_type, content, metadata=metadata)
+        self.session.send(self.sockets[channel], msg)
+        return msg["header"]["msg_id"]
+
+    def reply_input(self, value, parent):
+        self.session.send(self.sockets["stdin"], "input_reply", {"value": value}, parent=parent)
+
+    def send_raw(self, channel, msg_type, content, metadata=None):
+        """A frontend's message passed on unchanged in type and content (comm_msg, …)."""
+        return self.request(msg_type, content, channel, metadata)
+
+    def _poll(self, timeout_ms):
+        poller = zmq.Poller()
+        for ch in ("shell", "iopub", "stdin", "control"):
+            poller.register(self.sockets[ch], zmq.POLLIN)
+        out = []
+        names = {id(s): ch for ch, s in self.sockets.items()}
+        for sock, _ in poller.poll(timeout_ms):
+            while True:
+                try:
+                    _, msg = self.session.recv(sock, mode=zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    break
+                if msg is None:
+                    break
+                out.append((names[id(sock)], msg))
+        return out
+
+    def wait(self, msg_id, on_iopub=None, on_input=None, on_tick=None, until_idle=True,
+             timeout=None):
+        """The reply to `msg_id` (its content), after the kernel's iopub said idle for it (so
+        every output of the request has been passed to on_iopub). Raises KernelDied when the
+        process ends first, TimeoutError after `timeout` s."""
+        reply = None
+        idle = not until_idle
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while reply is None or not idle:
+            for ch, msg in self._poll(100):
+                mine = msg["parent_header"].get("msg_id") == msg_id
+                if ch == "shell" and mine:
+                    reply = msg
+                elif ch == "iopub":
+                    if mine and msg["msg_type"] == "status" and \
+                            msg["content"].get("execution_state") == "idle":
+                        idle = True
+                    if on_iopub is not None:
+                        on_iopub(msg, mine)
+                elif ch == "stdin" and msg["msg_type"] == "input_request":
+                    value = on_input(msg) if on_input is not None else ""
+                    self.reply_input(value, msg["header"])
+            if reply is not None and idle:
+                break
+            if on_tick is not None:
+                on_tick()
+            self.check_alive()
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"no reply from the kernel '{self.name}' to "
+                                   f"{msg_id} within {timeout:g} s")
+        return reply
+
+    def drain(self, on_iopub):
+        """Passes on what iopub holds now (outputs between requests: threads, widgets)."""
+        if not self.sockets:
+            return
+        for ch, msg in self._poll(0):
+            if ch == "iopub":
+                on_iopub(msg, False)
