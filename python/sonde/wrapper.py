@@ -21,6 +21,9 @@ from .wrapped import KernelDied, WrappedKernel
 # The magics of `%load_ext sonde` that make no sense in another language's kernel: they record
 # the cells into a Python script.
 NOT_WRAPPED = set(sonde_magics.CONTROL_MAGICS)
+# The requests besides execute that go to the wrapped kernel, and their replies.
+RELAYED = {t + "_request": t + "_reply"
+           for t in ("complete", "inspect", "history", "is_complete", "comm_info")}
 DEAD_LINE = ("sonde: the wrapped kernel '{name}' (pid {pid}) died ({how}); the monitor's data is "
              "kept; the next cell starts it again")
 
@@ -121,6 +124,7 @@ class SondeKernel(IPythonKernel):
         self._exec_parent = None  # the front end's execute_request being relayed
         self._remote_comms = set()
         self._pending_lines = []  # said by the first cell (a restart of the wrapper)
+        self._quiet_wrap = False  # the auto-wrap after a restart: the restart's line says it
         self.magics = WrapperSondeMagics(self.shell, self)
         self.shell.register_magics(self.magics)
         self.shell.events.register("pre_run_cell", self.magics.pre_run_cell)
@@ -130,6 +134,8 @@ class SondeKernel(IPythonKernel):
                              set(self.magics.magics["line"]) - NOT_WRAPPED)
         for t in ("comm_open", "comm_msg", "comm_close"):
             self.shell_handlers[t] = getattr(self, "_relay_" + t)
+        for t in RELAYED:
+            self.shell_handlers[t] = self._relay_or_local
         self._restore()
 
     # Wrapped kernel -------------------------------------------------------------------------
@@ -163,7 +169,7 @@ class SondeKernel(IPythonKernel):
             out += "\n" + "-" * 50 + f"\nCurrently wrapped kernel: {self.wrapped.name}\n"
         return out
 
-    def wrap(self, name, save=None):
+    def wrap(self, name, save=None, quiet=False):
         if not name:
             print("sonde: error: %wrap_kernel: give a kernel's name: %wrap_kernel NAME "
                   "[--save NEW] (%list_kernels lists them)", file=sys.stderr)
@@ -190,9 +196,12 @@ class SondeKernel(IPythonKernel):
         self.wrapped = w
         self._remote_comms = set()
         self.language_info = dict(w.language_info) or self.language_info
-        print(f"Successfully wrapped kernel: {name} (pid {pid}, "
-              f"{w.language_info.get('name', '?')})")
+        if not quiet:
+            print(f"Successfully wrapped kernel: {name} (pid {pid}, "
+                  f"{w.language_info.get('name', '?')})")
         self._follow(pid)
+        if quiet:
+            return True
         if save:
             path = install_spec(save, user=True, wrap=name,
                                 display_name=f"{save} (sonde, wraps {name})",
@@ -244,7 +253,7 @@ class SondeKernel(IPythonKernel):
                          allow_stdin=False, *, cell_id=None):
         if self.auto_wrap_kernel and self.wrapped is None:
             name, self.auto_wrap_kernel = self.auto_wrap_kernel, ""
-            self.wrap(name)
+            self.wrap(name, quiet=self._quiet_wrap)
         for line in self._pending_lines:
             self._say(line)
         self._pending_lines = []
@@ -349,48 +358,32 @@ class SondeKernel(IPythonKernel):
         self.session.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
 
     # Other requests -------------------------------------------------------------------------
-    def _relay_request(self, stream, ident, parent, reply_type, local):
+    async def _relay_or_local(self, stream, ident, parent):
+        """A request other than execute: to the wrapped kernel, or answered here when no kernel
+        is wrapped (or it does not answer), or when it is about the wrapper's own magics."""
+        t = parent["header"]["msg_type"]
+        code = parent["content"].get("code", "")
+        local = (t == "complete_request" and code.lstrip().startswith("%")) or \
+            (t == "is_complete_request" and is_local_cell(code, self.local_magics))
+        if local or not self._relay_request(stream, ident, parent, RELAYED[t]):
+            await getattr(super(), t)(stream, ident, parent)
+
+    def _relay_request(self, stream, ident, parent, reply_type):
+        """Whether the wrapped kernel answered (its reply then went to the front end)."""
         w = self.wrapped
         if w is None or w.returncode() is not None:
-            return local()
+            return False
         msg_id = w.request(parent["header"]["msg_type"], parent["content"])
         self._parents[msg_id] = parent
         try:
             reply = w.wait(msg_id, on_iopub=lambda m, mine: self._relay_iopub(m),
                            until_idle=False, timeout=10)
-            content = reply["content"]
         except (KernelDied, TimeoutError):
-            return local()
+            return False
         finally:
             self._parents.pop(msg_id, None)
-        self.session.send(stream, reply_type, content, parent, ident)
-        return None
-
-    async def complete_request(self, stream, ident, parent):
-        code = parent["content"].get("code", "")
-        if code.lstrip().startswith("%"):
-            return await super().complete_request(stream, ident, parent)
-        if self._relay_request(stream, ident, parent, "complete_reply", lambda: True):
-            return await super().complete_request(stream, ident, parent)
-
-    async def inspect_request(self, stream, ident, parent):
-        if self._relay_request(stream, ident, parent, "inspect_reply", lambda: True):
-            return await super().inspect_request(stream, ident, parent)
-
-    async def history_request(self, stream, ident, parent):
-        if self._relay_request(stream, ident, parent, "history_reply", lambda: True):
-            return await super().history_request(stream, ident, parent)
-
-    async def is_complete_request(self, stream, ident, parent):
-        code = parent["content"].get("code", "")
-        if is_local_cell(code, self.local_magics):
-            return await super().is_complete_request(stream, ident, parent)
-        if self._relay_request(stream, ident, parent, "is_complete_reply", lambda: True):
-            return await super().is_complete_request(stream, ident, parent)
-
-    async def comm_info_request(self, stream, ident, parent):
-        if self._relay_request(stream, ident, parent, "comm_info_reply", lambda: True):
-            return await super().comm_info_request(stream, ident, parent)
+        self.session.send(stream, reply_type, reply["content"], parent, ident)
+        return True
 
     # Comms: the wrapper's own (its plot widget) stay here, the rest go to the wrapped kernel.
     def _comm_is_local(self, comm_id):
@@ -477,13 +470,12 @@ class SondeKernel(IPythonKernel):
         os.unlink(path)
         if state.get("wrapped") and not self.auto_wrap_kernel:
             self.auto_wrap_kernel = state["wrapped"]
+            self._quiet_wrap = True
+        line = f"sonde: the kernel restarted; '{state.get('wrapped')}' is wrapped again"
         if state.get("session"):
-            self._pending_lines.append(
-                f"sonde: the kernel restarted; the monitor's data of the session before "
-                f"({state.get('cells', 0)} cells) is kept in {state['session']} "
-                f"(%import_session {state['session']} reads it)")
+            line += (f"; the monitor's data of the session before ({state.get('cells', 0)} "
+                     f"cells) is kept in {state['session']} (%import_session "
+                     f"{state['session']} reads it)")
         elif state.get("error"):
-            self._pending_lines.append(f"sonde: the kernel restarted; the session before could "
-                                       f"not be saved: {state['error']}")
-
-
+            line += f"; the session before could not be saved: {state['error']}"
+        self._pending_lines.append(line)
