@@ -252,3 +252,52 @@ def test_wrapped_python3(tmp_path):
     # The wrapped kernel's result, with the wrapper's execution count.
     res = [o for o in cells[5].outputs if o["output_type"] == "execute_result"]
     assert res and res[0]["data"]["text/plain"] == "30" and res[0]["execution_count"] == 6
+
+
+def test_restart_keeps_session(tmp_path, monkeypatch):
+    """The front end's restart (shutdown_request restart=True, the same connection file): the
+    session is saved, the next wrapper wraps the same kernel and says where the data is; the
+    data reads back. Also %wrap_kernel --save: a kernelspec that wraps python3 when it starts."""
+    from jupyter_client import KernelManager
+
+    prefix = tmp_path / "prefix"
+    subprocess.run([sys.executable, "-m", "sonde.kernel", "install", "--prefix", str(prefix)],
+                   check=True, capture_output=True, timeout=60)
+    for k, v in {"JUPYTER_PATH": str(prefix / "share/jupyter"),
+                 "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+                 "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+                 "IPYTHONDIR": str(tmp_path / "ipy")}.items():
+        monkeypatch.setenv(k, v)
+    km = KernelManager(kernel_name="sonde")
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+
+        def run(code):
+            out = []
+            reply = kc.execute_interactive(
+                code, timeout=60,
+                output_hook=lambda m: out.append(m["content"].get("text", "")))
+            assert reply["content"]["status"] == "ok", (code, out)
+            return "".join(out)
+
+        assert "Created permanent kernel 'py-sonde'" in run("%wrap_kernel python3 --save py-sonde")
+        saved = json.loads((tmp_path / "data/kernels/py-sonde/kernel.json").read_text())
+        assert "--SondeKernel.auto_wrap_kernel=python3" in saved["argv"]
+        run(f"%perfmonitor_start {INTERVAL}")
+        pid_before = int(run("import os, time; time.sleep(0.8); print(os.getpid())"))
+        km.restart_kernel()
+        kc.wait_for_ready(timeout=60)
+        text = run("import os; print('PID', os.getpid())")
+        m = re.search(r"sonde: the kernel restarted; 'python3' is wrapped again; the monitor's "
+                      r"data of the session before \(3 cells\) is kept in (\S+) ", text)
+        assert m, text
+        assert int(number(r"PID (\d+)", text)) != pid_before
+        assert "3 cells" in run(f"%import_session {m.group(1)}")
+        report = run("%perfmonitor_perfreport --cell 2 --text")
+        assert "sonde report: cell [2] (In [3])" in report and "samples" in report, report
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
