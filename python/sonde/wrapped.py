@@ -9,6 +9,7 @@ KernelManager (which runs coroutines to completion) is made on one worker thread
 import concurrent.futures
 import os
 import signal
+import sys
 import time
 import uuid
 
@@ -33,6 +34,18 @@ def exit_text(code):
             name = "?"
         return f"killed by signal {-code} ({name})"
     return f"exit status {code}"
+
+
+def original_streams():
+    """The wrapper's own stdout and stderr as they were before ipykernel sent them to the
+    notebook (its OutStream keeps a copy of each fd): the wrapped kernel writes there, as it
+    would started by itself (the server's log), not into the cells."""
+    out = {}
+    for name in ("stdout", "stderr"):
+        fd = getattr(getattr(sys, name, None), "_original_stdstream_copy", None)
+        if isinstance(fd, int):
+            out[name] = fd
+    return out
 
 
 class WrappedKernel:
@@ -70,6 +83,7 @@ class WrappedKernel:
                 pass
         self.km = KernelManager(kernel_name=self.name, kernel_spec_manager=self.spec_manager)
         kwargs = {"cwd": self.cwd} if self.cwd else {}
+        kwargs.update(original_streams())
         self._km_call(self.km.start_kernel, **kwargs)
         info = self.km.get_connection_info(session=False)
         self.session = Session(key=info["key"], signature_scheme=info["signature_scheme"],

@@ -16,7 +16,7 @@ from traitlets import Unicode
 from . import magics as sonde_magics
 from .session import UsageError, export_session
 from .kernel import KERNEL_NAME, install_spec
-from .wrapped import KernelDied, WrappedKernel
+from .wrapped import KernelDied, WrappedKernel, exit_text
 
 # The magics of `%load_ext sonde` that make no sense in another language's kernel: they record
 # the cells into a Python script.
@@ -125,6 +125,7 @@ class SondeKernel(IPythonKernel):
         self._remote_comms = set()
         self._pending_lines = []  # said by the first cell (a restart of the wrapper)
         self._quiet_wrap = False  # the auto-wrap after a restart: the restart's line says it
+        self._death_said = False  # a cell said that the wrapped kernel died
         self.magics = WrapperSondeMagics(self.shell, self)
         self.shell.register_magics(self.magics)
         self.shell.events.register("pre_run_cell", self.magics.pre_run_cell)
@@ -226,12 +227,16 @@ class SondeKernel(IPythonKernel):
             print(f"sonde: the monitor follows the wrapped kernel (pid {pid}){text}")
 
     def _start_again(self):
+        """The wrapped kernel died: started again, in one line (which says how it ended where
+        no cell said it)."""
         w = self.wrapped
-        old = w.pid
+        old, code = w.pid, w.returncode()
+        said, self._death_said = self._death_said, False
         pid = w.start()
         self._remote_comms = set()
-        self._say(f"sonde: started the wrapped kernel '{w.name}' again (pid {pid}, was {old})"
-                  + self._follow_text(pid))
+        how = "" if said else f", it had ended: {exit_text(code)}"
+        self._say(f"sonde: started the wrapped kernel '{w.name}' again (pid {pid}, was {old}"
+                  f"{how})" + self._follow_text(pid))
 
     def _follow_text(self, pid):
         mon = self.magics.monitor
@@ -282,7 +287,9 @@ class SondeKernel(IPythonKernel):
         try:
             if w.returncode() is not None:
                 self._start_again()
-            self.magics.on_pre_run_cell(code, self.magics.called_line_magics(code), False)
+            cell = not silent  # a front end's silent request is not a cell of the history
+            if cell:
+                self.magics.on_pre_run_cell(code, self.magics.called_line_magics(code), False)
             msg_id = w.request("execute_request", {
                 "code": code, "silent": silent, "store_history": store_history,
                 "user_expressions": user_expressions, "allow_stdin": allow_stdin,
@@ -291,8 +298,10 @@ class SondeKernel(IPythonKernel):
             try:
                 reply = self._wait(w, msg_id, count)
             except KernelDied as e:
-                self.magics.on_post_run_cell(count)
+                if cell:
+                    self.magics.on_post_run_cell(count)
                 self._say(DEAD_LINE.format(name=w.name, pid=w.pid, how=e))
+                self._death_said = True
                 return self._error_reply("DeadKernelError",
                                          f"the wrapped kernel '{w.name}' died ({e})", count)
             finally:
@@ -300,7 +309,8 @@ class SondeKernel(IPythonKernel):
             content = dict(reply["content"])
             content["execution_count"] = count
             # After the outputs: the per-cell report of `%perfmonitor_enable_perfreports`.
-            self.magics.on_post_run_cell(count)
+            if cell:
+                self.magics.on_post_run_cell(count)
             return content
         except Exception as e:  # a start that failed: the cell's error, the kernel goes on
             self._say(f"sonde: error: the wrapped kernel '{w.name}': {e}")
