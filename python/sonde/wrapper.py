@@ -24,6 +24,13 @@ NOT_WRAPPED = set(sonde_magics.CONTROL_MAGICS)
 # The requests besides execute that go to the wrapped kernel, and their replies.
 RELAYED = {t + "_request": t + "_reply"
            for t in ("complete", "inspect", "history", "is_complete", "comm_info")}
+WRAPPER_HELP = """sonde wrapper kernel: cells made only of these magics run here, the rest in the
+wrapped kernel, whose process tree the monitor watches
+  %list_kernels [PATHS]                              the kernels to wrap (PATHS: more kernelspec
+                                                     directories, kept for %wrap_kernel)
+  %wrap_kernel NAME [--save NEW]                     wrap NAME (--save NEW: a kernelspec for it)
+DataFrames (perfdata_df, ...) are written as NAME.csv; %start_write_script is not available.
+"""
 DEAD_LINE = ("sonde: the wrapped kernel '{name}' (pid {pid}) died ({how}); the monitor's data is "
              "kept; the next cell starts it again")
 
@@ -43,13 +50,10 @@ def is_local_cell(code, local):
     return found
 
 
-def spec_manager(extra_dirs=()):
+def spec_manager():
     from jupyter_client.kernelspec import KernelSpecManager
 
-    ksm = KernelSpecManager()
-    if extra_dirs:
-        ksm.kernel_dirs = list(ksm.kernel_dirs) + list(extra_dirs)
-    return ksm
+    return KernelSpecManager()
 
 
 class WrapperSondeMagics(sonde_magics.SondeMagics):
@@ -62,6 +66,10 @@ class WrapperSondeMagics(sonde_magics.SondeMagics):
 
     def monitor_target(self):
         return self.kernel.wrapped_pid()
+
+    def perfmonitor_help(self, line=""):
+        print(WRAPPER_HELP)
+        return super().perfmonitor_help(line)
 
     def _publish(self, name, df, what):
         if not name.isidentifier():
@@ -409,10 +417,8 @@ class SondeKernel(IPythonKernel):
         w.drain(lambda m, mine: self._relay_iopub(m))
 
     def _relay_comm_open(self, stream, ident, parent):
-        target = parent["content"].get("target_name")
-        if self.wrapped is None or (target in self.comm_manager.targets and
-                                    parent["content"].get("comm_id") not in self._remote_comms
-                                    and self.wrapped.language_info.get("name") != "python"):
+        """A comm the front end opens belongs to the wrapped kernel (where one is wrapped)."""
+        if self.wrapped is None:
             return self.comm_manager.comm_open(stream, ident, parent)
         self._remote_comms.add(parent["content"].get("comm_id"))
         self._send_comm(parent)

@@ -283,6 +283,14 @@ def test_restart_keeps_session(tmp_path, monkeypatch):
             assert reply["content"]["status"] == "ok", (code, out)
             return "".join(out)
 
+        out = []
+        reply = kc.execute_interactive("print(1)", timeout=60, output_hook=lambda m: out.append(
+            m["content"].get("text", "")))
+        assert reply["content"]["status"] == "error", out
+        assert "".join(out) == ("sonde: no kernel is wrapped: %wrap_kernel NAME first "
+                                "(%list_kernels lists them); this cell was not run\n"), out
+        text = run("%perfmonitor_help")
+        assert "%wrap_kernel NAME [--save NEW]" in text and "%perfmonitor_start" in text, text
         assert "Created permanent kernel 'py-sonde'" in run("%wrap_kernel python3 --save py-sonde")
         saved = json.loads((tmp_path / "data/kernels/py-sonde/kernel.json").read_text())
         assert "--SondeKernel.auto_wrap_kernel=python3" in saved["argv"]
@@ -292,12 +300,12 @@ def test_restart_keeps_session(tmp_path, monkeypatch):
         kc.wait_for_ready(timeout=60)
         text = run("import os; print('PID', os.getpid())")
         m = re.search(r"sonde: the kernel restarted; 'python3' is wrapped again; the monitor's "
-                      r"data of the session before \(3 cells\) is kept in (\S+) ", text)
+                      r"data of the session before \(4 cells\) is kept in (\S+) ", text)
         assert m, text
         assert int(number(r"PID (\d+)", text)) != pid_before
-        assert "3 cells" in run(f"%import_session {m.group(1)}")
-        report = run("%perfmonitor_perfreport --cell 2 --text")
-        assert "sonde report: cell [2] (In [3])" in report and "samples" in report, report
+        assert "4 cells" in run(f"%import_session {m.group(1)}")
+        report = run("%perfmonitor_perfreport --cell 3 --text")
+        assert "sonde report: cell [3] (In [5])" in report and "samples" in report, report
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
