@@ -17,6 +17,7 @@ import zmq
 from jupyter_client.session import Session
 
 CHANNELS = ("shell", "iopub", "stdin", "control")
+SHUTDOWN_WAIT_S = 1.0
 
 
 class KernelDied(Exception):
@@ -82,6 +83,9 @@ class WrappedKernel:
             except Exception:  # pragma: no cover - the files of a dead kernel
                 pass
         self.km = KernelManager(kernel_name=self.name, kernel_spec_manager=self.spec_manager)
+        # A shutdown waits SHUTDOWN_WAIT_S / 2 for the kernel to end, then terminates it: the
+        # wrapper's own front end terminates the wrapper 2.5 s after its shutdown_request.
+        self.km.shutdown_wait_time = SHUTDOWN_WAIT_S
         kwargs = {"cwd": self.cwd} if self.cwd else {}
         kwargs.update(original_streams())
         self._km_call(self.km.start_kernel, **kwargs)
@@ -172,6 +176,16 @@ class WrappedKernel:
         except ProcessLookupError:
             return False
         return True
+
+    def kill(self):
+        """SIGKILL to the kernel's process group (the wrapper is being terminated)."""
+        pid = self.pid
+        if pid is None or self.returncode() is not None:
+            return
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def shutdown(self):
         if self.km is None:

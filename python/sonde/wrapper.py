@@ -3,10 +3,12 @@ kernel it wraps (sonde.wrapped) and runs sonde's magics itself (sonde.magics, th
 `%load_ext sonde`). sonde.kernel installs and starts it; docs/jupyter.md describes it."""
 
 
+import atexit
 import json
 import os
 import shlex
 import shutil
+import signal
 import sys
 
 from ipykernel.ipkernel import IPythonKernel
@@ -146,6 +148,19 @@ class SondeKernel(IPythonKernel):
         for t in RELAYED:
             self.shell_handlers[t] = self._relay_or_local
         self._restore()
+        # Terminated (the front end's last resort at a shutdown): the wrapped kernel, in a
+        # session of its own, must not outlive the wrapper.
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        atexit.register(self._kill_wrapped)
+
+    def _kill_wrapped(self):
+        if self.wrapped is not None:
+            self.wrapped.kill()
+
+    def _on_sigterm(self, signum, frame):
+        self._kill_wrapped()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     # Wrapped kernel -------------------------------------------------------------------------
     def wrapped_pid(self):
