@@ -1,17 +1,20 @@
 """A kernel started and spoken to by the sonde wrapper kernel (sonde.kernel).
 
 jupyter_client's KernelManager starts it from its kernelspec (its own session and process group);
-its five channels are plain synchronous zmq sockets of this module, signed with jupyter_client's
+its channels are plain synchronous zmq sockets of this module, signed with jupyter_client's
 Session, so that the wrapper kernel's event loop never runs a second one. Every call of
 KernelManager (which runs coroutines to completion) is made on one worker thread of its own.
+iopub is read by a thread of its own, all the time (outputs between requests too: threads,
+widgets, comms), which passes each message on (on_iopub) and tells wait() when a request's idle
+status has come, after its outputs.
 """
 
 import concurrent.futures
 import os
 import signal
 import sys
+import threading
 import time
-import uuid
 
 import zmq
 from jupyter_client.session import Session
@@ -52,20 +55,23 @@ def original_streams():
 class WrappedKernel:
     """One running kernel of a kernelspec: start(), request(), wait(), interrupt(), shutdown().
 
-    Messages are read by wait(): iopub ones go to on_iopub(msg), input requests to
-    on_input(msg) (which returns the text to send back).
+    on_iopub(msg) gets every iopub message (on the iopub thread); wait() passes input requests
+    to on_input(msg), which returns the text to send back.
     """
 
-    def __init__(self, name, spec_manager, cwd=None):
+    def __init__(self, name, spec_manager, cwd=None, on_iopub=None):
         self.name = name
         self.spec_manager = spec_manager
         self.cwd = cwd
+        self.on_iopub = on_iopub
         self.km = None
         self.ctx = zmq.Context()
         self.sockets = {}
         self.session = None
         self.kernel_info = {}
-        self.starts = 0
+        self._idle = {}  # msg_id -> Event: set when iopub said idle for it
+        self._iopub_thread = None
+        self._iopub_stop = threading.Event()
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sonde-km")
 
     def _km_call(self, fn, *args, **kwargs):
@@ -94,40 +100,67 @@ class WrappedKernel:
                                username="sonde")
         for ch in CHANNELS:
             kind = zmq.SUB if ch == "iopub" else zmq.DEALER
-            s = self.ctx.socket(kind)
-            s.linger = 0
+            sock = self.ctx.socket(kind)
+            sock.linger = 0
             if kind == zmq.SUB:
-                s.setsockopt(zmq.SUBSCRIBE, b"")
+                sock.setsockopt(zmq.SUBSCRIBE, b"")
             else:
-                s.setsockopt(zmq.IDENTITY, uuid.uuid4().hex.encode())
-            s.connect(f"{info['transport']}://{info['ip']}:{info[ch + '_port']}")
-            self.sockets[ch] = s
-        self.starts += 1
+                # One identity for shell and stdin, as jupyter_client's: a kernel's stdin
+                # (ROUTER) addresses an input request to the identity of the shell request.
+                sock.setsockopt(zmq.IDENTITY, self.session.bsession)
+            sock.connect(f"{info['transport']}://{info['ip']}:{info[ch + '_port']}")
+            self.sockets[ch] = sock
+        self._iopub_stop = threading.Event()
+        self._iopub_thread = threading.Thread(
+            target=self._iopub_loop, args=(self.sockets.pop("iopub"), self._iopub_stop),
+            name="sonde-iopub", daemon=True)
+        self._iopub_thread.start()
         self._wait_ready(timeout)
         return self.pid
 
     def _wait_ready(self, timeout):
-        """kernel_info until the shell replies and iopub has delivered a message (its status)."""
+        """kernel_info until the shell replies and iopub has delivered its idle status (so the
+        subscription is live: no output of the first cell is lost)."""
         deadline = time.monotonic() + timeout
         while True:
             msg_id = self.request("kernel_info_request", {})
-            got_reply = got_iopub = False
-            step = time.monotonic() + 1.0
-            while time.monotonic() < step and not (got_reply and got_iopub):
-                self.check_alive()
-                for ch, msg in self._poll(100):
-                    if msg["parent_header"].get("msg_id") != msg_id:
-                        continue
-                    if ch == "shell":
-                        got_reply = True
-                        self.kernel_info = msg["content"]
-                    elif ch == "iopub":
-                        got_iopub = True
-            if got_reply and got_iopub:
+            try:
+                reply = self.wait(msg_id, timeout=1.0)
+                self.kernel_info = reply["content"]
                 return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the kernel '{self.name}' did not answer within "
-                                   f"{timeout:g} s")
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the kernel '{self.name}' did not answer within "
+                                       f"{timeout:g} s") from None
+
+    def _iopub_loop(self, sock, stop):
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        try:
+            while not stop.is_set():
+                if not poller.poll(100):
+                    continue
+                while True:
+                    try:
+                        _, msg = self.session.recv(sock, mode=zmq.NOBLOCK)
+                    except zmq.ZMQError:
+                        break
+                    if msg is None:
+                        break
+                    self._on_iopub(msg)
+        finally:
+            sock.close(0)
+
+    def _on_iopub(self, msg):
+        if self.on_iopub is not None:
+            try:
+                self.on_iopub(msg)
+            except Exception:  # a message the front end cannot take: not the relay's end
+                pass
+        if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+            ev = self._idle.get(msg["parent_header"].get("msg_id"))
+            if ev is not None:
+                ev.set()
 
     @property
     def process(self):
@@ -204,77 +237,61 @@ class WrappedKernel:
         self._pool.shutdown(wait=False)
 
     def _close_sockets(self):
-        for s in self.sockets.values():
-            s.close(0)
+        if self._iopub_thread is not None:
+            self._iopub_stop.set()
+            self._iopub_thread.join(5)
+            self._iopub_thread = None
+        for sock in self.sockets.values():
+            sock.close(0)
         self.sockets = {}
 
     # Messages --------------------------------------------------------------------------------
     def request(self, msg_type, content, channel="shell", metadata=None):
-        """Sends a request; returns its msg_id."""
+        """Sends a request that wait() can wait for; returns its msg_id."""
         msg = self.session.msg(msg_type, content, metadata=metadata)
+        msg_id = msg["header"]["msg_id"]
+        self._idle[msg_id] = threading.Event()  # before it is sent: its idle may come at once
         self.session.send(self.sockets[channel], msg)
+        return msg_id
+
+    def send(self, msg_type, content, metadata=None):
+        """A front end's message passed on, no reply awaited (comm_open, comm_msg, …); returns
+        its msg_id."""
+        msg = self.session.msg(msg_type, content, metadata=metadata)
+        self.session.send(self.sockets["shell"], msg)
         return msg["header"]["msg_id"]
 
     def reply_input(self, value, parent):
         self.session.send(self.sockets["stdin"], "input_reply", {"value": value}, parent=parent)
 
-    def send_raw(self, channel, msg_type, content, metadata=None):
-        """A frontend's message passed on unchanged in type and content (comm_msg, …)."""
-        return self.request(msg_type, content, channel, metadata)
-
-    def _poll(self, timeout_ms):
-        poller = zmq.Poller()
-        for ch in ("shell", "iopub", "stdin", "control"):
-            poller.register(self.sockets[ch], zmq.POLLIN)
-        out = []
-        names = {id(s): ch for ch, s in self.sockets.items()}
-        for sock, _ in poller.poll(timeout_ms):
-            while True:
-                try:
-                    _, msg = self.session.recv(sock, mode=zmq.NOBLOCK)
-                except zmq.ZMQError:
-                    break
-                if msg is None:
-                    break
-                out.append((names[id(sock)], msg))
-        return out
-
-    def wait(self, msg_id, on_iopub=None, on_input=None, on_tick=None, until_idle=True,
-             timeout=None):
-        """The reply to `msg_id` (its content), after the kernel's iopub said idle for it (so
-        every output of the request has been passed to on_iopub). Raises KernelDied when the
-        process ends first, TimeoutError after `timeout` s."""
-        reply = None
-        idle = not until_idle
+    def wait(self, msg_id, on_input=None, until_idle=True, timeout=None):
+        """The reply to `msg_id`, once iopub said idle for it (every output of the request has
+        then gone to on_iopub). Raises KernelDied when the process ends first, TimeoutError
+        after `timeout` s. Shell and stdin are read here, by the caller's thread."""
+        idle = self._idle.get(msg_id)
         deadline = None if timeout is None else time.monotonic() + timeout
-        while reply is None or not idle:
-            for ch, msg in self._poll(100):
-                mine = msg["parent_header"].get("msg_id") == msg_id
-                if ch == "shell" and mine:
-                    reply = msg
-                elif ch == "iopub":
-                    if mine and msg["msg_type"] == "status" and \
-                            msg["content"].get("execution_state") == "idle":
-                        idle = True
-                    if on_iopub is not None:
-                        on_iopub(msg, mine)
-                elif ch == "stdin" and msg["msg_type"] == "input_request":
-                    value = on_input(msg) if on_input is not None else ""
-                    self.reply_input(value, msg["header"])
-            if reply is not None and idle:
-                break
-            if on_tick is not None:
-                on_tick()
-            self.check_alive()
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"no reply from the kernel '{self.name}' to "
-                                   f"{msg_id} within {timeout:g} s")
-        return reply
-
-    def drain(self, on_iopub):
-        """Passes on what iopub holds now (outputs between requests: threads, widgets)."""
-        if not self.sockets:
-            return
-        for ch, msg in self._poll(0):
-            if ch == "iopub":
-                on_iopub(msg, False)
+        poller = zmq.Poller()
+        for ch in ("shell", "stdin"):
+            poller.register(self.sockets[ch], zmq.POLLIN)
+        reply = None
+        try:
+            while True:
+                for sock, _ in poller.poll(100):
+                    _, msg = self.session.recv(sock, mode=zmq.NOBLOCK)
+                    if msg is None:
+                        continue
+                    if sock is self.sockets["shell"]:
+                        if msg["parent_header"].get("msg_id") == msg_id:
+                            reply = msg
+                    elif msg["msg_type"] == "input_request":
+                        value = on_input(msg) if on_input is not None else ""
+                        self.reply_input(value, msg["header"])
+                if reply is not None and (not until_idle or idle is None or
+                                          idle.wait(0.5 if self.returncode() is None else 0)):
+                    return reply
+                self.check_alive()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"no reply from the kernel '{self.name}' within "
+                                       f"{timeout:g} s")
+        finally:
+            self._idle.pop(msg_id, None)

@@ -4,6 +4,7 @@ kernel it wraps (sonde.wrapped) and runs sonde's magics itself (sonde.magics, th
 
 
 import atexit
+import collections
 import json
 import os
 import shlex
@@ -131,6 +132,8 @@ class SondeKernel(IPythonKernel):
         self.ksm = spec_manager()
         self.wrapped = None
         self._parents = {}  # msg_id sent to the wrapped kernel -> the front end's request
+        self._counts = {}  # msg_id of a relayed execute_request -> the wrapper's execution count
+        self._comm_parents = collections.OrderedDict()  # the same for comm messages, the last
         self._exec_parent = None  # the front end's execute_request being relayed
         self._remote_comms = set()
         self._pending_lines = []  # said by the first cell (a restart of the wrapper)
@@ -210,7 +213,7 @@ class SondeKernel(IPythonKernel):
         if old is not None:
             old.shutdown()
             self.wrapped = None
-        w = WrappedKernel(name, self.ksm, cwd=os.getcwd())
+        w = WrappedKernel(name, self.ksm, cwd=os.getcwd(), on_iopub=self._relay_iopub)
         try:
             pid = w.start()
         except Exception as e:
@@ -318,8 +321,9 @@ class SondeKernel(IPythonKernel):
                 "user_expressions": user_expressions, "allow_stdin": allow_stdin,
                 "stop_on_error": True})
             self._parents[msg_id] = parent
+            self._counts[msg_id] = count
             try:
-                reply = self._wait(w, msg_id, count)
+                reply = self._wait(w, msg_id)
             except KernelDied as e:
                 if cell:
                     self.magics.on_post_run_cell(count)
@@ -329,6 +333,7 @@ class SondeKernel(IPythonKernel):
                                          f"the wrapped kernel '{w.name}' died ({e})", count)
             finally:
                 self._parents.pop(msg_id, None)
+                self._counts.pop(msg_id, None)
             content = dict(reply["content"])
             content["execution_count"] = count
             # After the outputs: the per-cell report of `%perfmonitor_enable_perfreports`.
@@ -341,10 +346,7 @@ class SondeKernel(IPythonKernel):
         finally:
             self._exec_parent = None
 
-    def _wait(self, w, msg_id, count):
-        def on_iopub(msg, mine):
-            self._relay_iopub(msg, count if mine else None)
-
+    def _wait(self, w, msg_id):
         def on_input(msg):
             c = msg["content"]
             try:
@@ -356,23 +358,27 @@ class SondeKernel(IPythonKernel):
 
         while True:
             try:
-                return w.wait(msg_id, on_iopub=on_iopub, on_input=on_input)
+                return w.wait(msg_id, on_input=on_input)
             except KeyboardInterrupt:  # SIGINT to the wrapper (interrupt_mode signal)
                 self._interrupt_wrapped()
 
-    def _relay_iopub(self, msg, count=None):
+    def _relay_iopub(self, msg):
+        """A message of the wrapped kernel's iopub to the front end, as the reply to the front
+        end's request (on the wrapped kernel's iopub thread)."""
         t = msg["msg_type"]
         if t in ("status", "execute_input"):
             return  # the wrapper sends its own for the front end's request
         content = dict(msg["content"])
+        pid = msg["parent_header"].get("msg_id")
+        count = self._counts.get(pid)
         if count is not None and "execution_count" in content:
             content["execution_count"] = count
         if t == "comm_open":
             self._remote_comms.add(content.get("comm_id"))
         elif t == "comm_close":
             self._remote_comms.discard(content.get("comm_id"))
-        pid = msg["parent_header"].get("msg_id")
-        parent = self._parents.get(pid) or self._exec_parent or self.get_parent("shell")
+        parent = (self._parents.get(pid) or self._comm_parents.get(pid) or self._exec_parent
+                  or self.get_parent("shell"))
         self.session.send(self.iopub_socket, t, content, parent=parent,
                           metadata=msg.get("metadata") or {}, buffers=msg.get("buffers"),
                           ident=self._topic(t))
@@ -409,8 +415,7 @@ class SondeKernel(IPythonKernel):
         msg_id = w.request(parent["header"]["msg_type"], parent["content"])
         self._parents[msg_id] = parent
         try:
-            reply = w.wait(msg_id, on_iopub=lambda m, mine: self._relay_iopub(m),
-                           until_idle=False, timeout=10)
+            reply = w.wait(msg_id, until_idle=False, timeout=10)
         except (KernelDied, TimeoutError):
             return False
         finally:
@@ -426,10 +431,10 @@ class SondeKernel(IPythonKernel):
         w = self.wrapped
         if w is None or w.returncode() is not None:
             return
-        msg_id = w.send_raw("shell", parent["header"]["msg_type"], parent["content"],
-                            parent.get("metadata"))
-        self._parents[msg_id] = parent
-        w.drain(lambda m, mine: self._relay_iopub(m))
+        msg_id = w.send(parent["header"]["msg_type"], parent["content"], parent.get("metadata"))
+        self._comm_parents[msg_id] = parent  # the outputs of a comm message go to its cell
+        while len(self._comm_parents) > 1000:
+            self._comm_parents.popitem(last=False)
 
     def _relay_comm_open(self, stream, ident, parent):
         """A comm the front end opens belongs to the wrapped kernel (where one is wrapped)."""

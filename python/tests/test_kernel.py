@@ -274,10 +274,12 @@ def gone(pid, wait_s=5.0):
     return False
 
 
-def test_restart_keeps_session(tmp_path, monkeypatch):
+def test_restart_and_relay(tmp_path, monkeypatch):
     """The front end's restart (shutdown_request restart=True, the same connection file): the
     session is saved, the next wrapper wraps the same kernel and says where the data is; the
-    data reads back. Also %wrap_kernel --save: a kernelspec that wraps python3 when it starts."""
+    data reads back. Also %wrap_kernel --save: a kernelspec that wraps python3 when it starts;
+    input requests, comms, completion and inspection relayed (jupyter_client as the front
+    end)."""
     from jupyter_client import KernelManager
 
     prefix = tmp_path / "prefix"
@@ -327,6 +329,34 @@ def test_restart_keeps_session(tmp_path, monkeypatch):
         assert "4 cells" in run(f"%import_session {m.group(1)}")
         report = run("%perfmonitor_perfreport --cell 3 --text")
         assert "sonde report: cell [3] (In [5])" in report and "samples" in report, report
+
+        # An input request reaches the front end, its reply the wrapped kernel.
+        out = []
+        reply = kc.execute_interactive(
+            "name = input('who? '); print('got', name)", timeout=60, allow_stdin=True,
+            stdin_hook=lambda m: kc.input("sonde" if m["content"]["prompt"] == "who? " else ""),
+            output_hook=lambda m: out.append(m["content"].get("text", "")))
+        assert reply["content"]["status"] == "ok" and "got sonde\n" in "".join(out), out
+        # A comm the front end opens: to the wrapped kernel and back, also between requests.
+        run("def _echo(comm, msg):\n"
+            "    comm.on_msg(lambda m: comm.send({'echo': m['content']['data']}))\n"
+            "get_ipython().kernel.comm_manager.register_target('sonde-echo', _echo)")
+        kc.shell_channel.send(kc.session.msg("comm_open", {
+            "comm_id": "c1", "target_name": "sonde-echo", "data": {}}))
+        kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": "c1", "data": {"x": 1}}))
+        echo = None
+        while echo is None:
+            m = kc.get_iopub_msg(timeout=20)
+            if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == "c1":
+                echo = m["content"]["data"]
+        assert echo == {"echo": {"x": 1}}
+        info = kc.comm_info(target_name="sonde-echo", reply=True, timeout=20)["content"]
+        assert info["comms"] == {"c1": {"target_name": "sonde-echo"}}, info
+        # Completion and inspection from the wrapped kernel, %magics from the wrapper.
+        assert "name" in kc.complete("nam", 3, reply=True, timeout=20)["content"]["matches"]
+        assert "%perfmonitor_start" in kc.complete("%perfmonitor_st", 15, reply=True,
+                                                   timeout=20)["content"]["matches"]
+        assert kc.inspect("name", 4, reply=True, timeout=20)["content"]["found"]
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
