@@ -248,9 +248,9 @@ class SondeKernel(IPythonKernel):
 
     def _follow(self, pid):
         """The running monitor (if any) watches `pid` from now on."""
-        text = self._follow_text(pid)
-        if text:
-            print(f"sonde: the monitor follows the wrapped kernel (pid {pid}){text}")
+        if self._follow_text(pid):
+            print(f"sonde: the monitor follows the wrapped kernel (pid {pid}); its data so far "
+                  "is kept")
 
     def _start_again(self):
         """The wrapped kernel died: started again, in one line (which says how it ended where
