@@ -8,7 +8,6 @@ import collections
 import json
 import os
 import shlex
-import shutil
 import signal
 import sys
 
@@ -481,13 +480,14 @@ class SondeKernel(IPythonKernel):
         d = self._state_dir()
         if d is None:
             return
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d, mode=0o700)
+        os.makedirs(d, mode=0o700, exist_ok=True)
         state = {"wrapped": name, "session": None, "cells": len(self.magics.history)}
         if self.magics.data is not None:
+            # One directory per restart: the sessions of earlier restarts stay.
+            n = len([e for e in os.listdir(d) if e.startswith("session-")]) + 1
             try:
                 state["session"] = export_session(self.magics.data, self.magics.history,
-                                                  os.path.join(d, "session"))
+                                                  os.path.join(d, f"session-{n}"))
             except Exception as e:  # the restart goes on; the next wrapper says why
                 state["error"] = str(e)
         with open(os.path.join(d, "state.json"), "w") as f:
