@@ -134,7 +134,6 @@ class SondeKernel(IPythonKernel):
         self._counts = {}  # msg_id of a relayed execute_request -> the wrapper's execution count
         self._comm_parents = collections.OrderedDict()  # the same for comm messages, the last
         self._exec_parent = None  # the front end's execute_request being relayed
-        self._remote_comms = set()
         self._pending_lines = []  # said by the first cell (a restart of the wrapper)
         self._quiet_wrap = False  # the auto-wrap after a restart: the restart's line says it
         self._death_said = False  # a cell said that the wrapped kernel died
@@ -220,7 +219,6 @@ class SondeKernel(IPythonKernel):
             print(f"sonde: error: Failed to start kernel '{name}': {e}", file=sys.stderr)
             return False
         self.wrapped = w
-        self._remote_comms = set()
         self.language_info = dict(w.language_info) or self.language_info
         if not quiet:
             print(f"Successfully wrapped kernel: {name} (pid {pid}, "
@@ -258,7 +256,6 @@ class SondeKernel(IPythonKernel):
         old, code = w.pid, w.returncode()
         said, self._death_said = self._death_said, False
         pid = w.start()
-        self._remote_comms = set()
         how = "" if said else f", it had ended: {exit_text(code)}"
         self._say(f"sonde: started the wrapped kernel '{w.name}' again (pid {pid}, was {old}"
                   f"{how})" + self._follow_text(pid))
@@ -372,10 +369,6 @@ class SondeKernel(IPythonKernel):
         count = self._counts.get(pid)
         if count is not None and "execution_count" in content:
             content["execution_count"] = count
-        if t == "comm_open":
-            self._remote_comms.add(content.get("comm_id"))
-        elif t == "comm_close":
-            self._remote_comms.discard(content.get("comm_id"))
         parent = (self._parents.get(pid) or self._comm_parents.get(pid) or self._exec_parent
                   or self.get_parent("shell"))
         self.session.send(self.iopub_socket, t, content, parent=parent,
@@ -439,7 +432,6 @@ class SondeKernel(IPythonKernel):
         """A comm the front end opens belongs to the wrapped kernel (where one is wrapped)."""
         if self.wrapped is None:
             return self.comm_manager.comm_open(stream, ident, parent)
-        self._remote_comms.add(parent["content"].get("comm_id"))
         self._send_comm(parent)
 
     def _relay_comm_msg(self, stream, ident, parent):
