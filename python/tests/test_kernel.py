@@ -178,7 +178,8 @@ def test_wrapped_irkernel(tmp_path, need_ir):
         code_cell(R_HOLD),                                             # 6
         code_cell("s <- 0; while (TRUE) s <- s + 1", "interrupt", "raises-exception"),  # 7
         code_cell('cat(sprintf("R_ALIVE %d %s\\n", Sys.getpid(), exists("x")))'),  # 8
-        code_cell('cat("R_PID_BEFORE", Sys.getpid(), "\\n")\n'
+        # (the pause: IRkernel sends the line before it is killed)
+        code_cell('cat("R_PID_BEFORE", Sys.getpid(), "\\n"); Sys.sleep(0.5)\n'
                   'tools::pskill(Sys.getpid(), tools::SIGKILL)\nSys.sleep(30)',
                   "raises-exception"),                                 # 9
         code_cell('cat(sprintf("R_PID_AFTER %d\\n", Sys.getpid()))'),  # 10
