@@ -94,9 +94,31 @@ class Monitor {
     stop_thread();
   }
 
+  /// Follows another process from now on (a Jupyter kernel that a wrapper kernel restarted): the
+  /// sampling thread is stopped, the process level's root changed, the thread started again if
+  /// it ran. The rows so far stay; the new process must be alive and watchable.
+  void retarget(int pid) {
+    bool was_running = false;
+    {
+      py::gil_scoped_release release;
+      auto target = discover_target(roots_from_env(), pid);
+      if (!target)
+        throw std::runtime_error(
+            fmt::format("cannot watch process {}: {}", pid, target.error().message));
+      {
+        std::lock_guard<std::mutex> lock(control_);
+        was_running = thread_.joinable() && running_.load();
+      }
+      stop_thread();
+      engine_->set_target_pid(pid);
+      pid_ = pid;
+    }
+    if (was_running) start();
+  }
+
   bool running() const { return running_.load(); }
   double interval_s() const { return engine_->interval_s(); }
-  int pid() const { return engine_->target().pid; }
+  int pid() const { return pid_.load(); }
 
   std::vector<std::string> levels() const {
     std::vector<std::string> out;
@@ -255,6 +277,7 @@ class Monitor {
       throw std::runtime_error(engine.error().message);
     }
     engine_ = std::move(*engine);
+    pid_ = pid;
     copy_collector_status();
     config_sources_ = cfg->sources;
     start_wallclock_ = wallclock_now();
@@ -265,7 +288,7 @@ class Monitor {
     m["sonde_version"] = SONDE_VERSION;
     m["mode"] = "jupyter";
     m["command"] = nlohmann::json::array();
-    m["target_pid"] = engine_->target().pid;
+    m["target_pid"] = pid_.load();
     m["host"] = engine_->node_info().hostname;
     m["kernel"] = engine_->node_info().kernel;
     m["interval"] = engine_->interval_s();
@@ -393,6 +416,7 @@ class Monitor {
   std::thread thread_;
   std::atomic<bool> running_{false};
   std::atomic<std::uint64_t> missed_before_{0};  // by the sampler's earlier runs
+  std::atomic<int> pid_{0};                      // the process level's root (retarget changes it)
   SinkSet buffer_;
 
   mutable std::mutex mutex_;  // everything below
@@ -448,6 +472,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("config") = "")
       .def("start", &Monitor::start)
       .def("stop", &Monitor::stop)
+      .def("retarget", &Monitor::retarget, py::arg("pid"))
       .def_property_readonly("running", &Monitor::running)
       .def_property_readonly("interval", &Monitor::interval_s)
       .def_property_readonly("pid", &Monitor::pid)

@@ -6,6 +6,7 @@ IPython magics with the names JUmPER users know (`%load_ext sonde`, `%perfmonito
     ...
     m.stop(); m.samples("process")        # a pandas DataFrame
 
+R, Julia or any other kernel: the wrapper kernel, `python3 -m sonde.kernel install` (sonde.kernel).
 See docs/jupyter.md.
 """
 

@@ -230,6 +230,11 @@ class SondeMagics(Magics):
         return True
 
     # Helpers --------------------------------------------------------------------------------
+    def monitor_target(self):
+        """The pid %perfmonitor_start watches (None: this kernel). The wrapper kernel
+        (sonde.kernel) gives the kernel it wraps."""
+        return None
+
     def _need_data(self):
         if self.data is None:
             raise UsageError("no performance data yet: start the monitor with "
@@ -386,11 +391,14 @@ class SondeMagics(Magics):
 
         t0 = time.perf_counter()
         interval = args.interval if args.interval is not None else DEFAULT_INTERVAL
+        pid = self.monitor_target()
         same = (self.monitor is not None and isinstance(self.data, LiveData)
                 and self.data.monitor is self.monitor and args.levels is None
-                and args.config is None and abs(self.monitor.interval - interval) < 1e-12)
+                and args.config is None and abs(self.monitor.interval - interval) < 1e-12
+                and self.monitor.pid == (os.getpid() if pid is None else pid))
         if not same:
-            self.monitor = Monitor(interval=interval, levels=args.levels, config=args.config)
+            self.monitor = Monitor(interval=interval, levels=args.levels, config=args.config,
+                                   pid=pid)
             self.data = LiveData(self.monitor)
         self.monitor.start()
         self.user_interval = interval

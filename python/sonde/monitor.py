@@ -61,6 +61,12 @@ class Monitor:
         self._m.stop()
         return self
 
+    def retarget(self, pid):
+        """Watches `pid` (and its descendants) from now on; the rows so far stay. The wrapper
+        kernel (sonde.kernel) follows a wrapped kernel that was started again."""
+        self._m.retarget(int(pid))
+        return self
+
     @property
     def running(self):
         return self._m.running

@@ -450,14 +450,12 @@ def _write_dir(data, history, directory):
     files = {}
     ticks = 0
     for level in data.levels:
-        df = data.frame(level)
+        cols, values = _level_rows(data, level)
         name = f"perf_{level}.csv"
         files[level] = name
-        ticks = max(ticks, len(df))
-        cols = list(df.columns)
+        ticks = max(ticks, len(values))
         buf = io.StringIO()
         buf.write(",".join(cols) + "\n")
-        values = df.to_numpy(dtype=float)
         wi = cols.index("wallclock")
         for row in values:
             buf.write(",".join(f"{v:.6f}" if i == wi else format_number(v)
@@ -482,6 +480,17 @@ def _write_dir(data, history, directory):
     with _open_new(directory, "manifest.json") as f:
         json.dump(manifest, f, indent=2)
         f.write("\n")
+
+
+def _level_rows(data, level):
+    """A level's column names and rows (floats). A live monitor's come from the engine's
+    buffer without pandas: the wrapper kernel saves its session within the few seconds a
+    restarting front end waits (sonde.wrapper), pandas' import alone can take longer."""
+    monitor = getattr(data, "monitor", None)
+    if monitor is not None and hasattr(monitor, "samples_array"):
+        return ["time", "wallclock"] + monitor.columns(level), monitor.samples_array(level)
+    df = data.frame(level)
+    return list(df.columns), df.to_numpy(dtype=float)
 
 
 def import_session(path):
