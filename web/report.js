@@ -390,6 +390,30 @@
       return PALETTE[i % PALETTE.length];
     }
 
+    // Bands {start, end} on a chart's time axis, each filled with fill(band, i) and labelled
+    // label(band) at the top or the bottom when it is wide enough.
+    function drawBands(u, bands, fill, label, ink, atTop) {
+      if (!bands.length) return;
+      var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height, px = devicePixelRatio;
+      ctx.save();
+      ctx.font = 10 * px + "px sans-serif";
+      ctx.textAlign = "left";
+      ctx.textBaseline = atTop ? "top" : "bottom";
+      bands.forEach(function (band, i) {
+        var a = Math.max(u.valToPos(band.start, "x", true), u.bbox.left);
+        var b = Math.min(u.valToPos(band.end, "x", true), u.bbox.left + u.bbox.width);
+        if (!(b > a)) return;
+        ctx.fillStyle = fill(band, i);
+        ctx.fillRect(a, top, b - a, h);
+        if (b - a > 18 * px) {
+          ctx.fillStyle = ink;
+          ctx.fillText(label(band), a + 3 * px, atTop ? top + 2 * px : top + h - 2 * px,
+            b - a - 6 * px);
+        }
+      });
+      ctx.restore();
+    }
+
     function makeChart(level, chart, x, width) {
       var scale = chart.scale || 1;
       var ys = chart.series.map(function (s) {
@@ -450,48 +474,14 @@
             values: function (u, vals) { return vals.map(fmtAxis); } },
         ],
         hooks: {
-          // Notebook cells (Jupyter sessions): a light band per cell behind the data.
+          // Behind the data: a named band per phase of the program (its marks) at the top, and
+          // a light band per notebook cell (Jupyter sessions) at the bottom.
           drawClear: [function (u) {
-            // The program's phases: a band per phase, its name at the top.
-            if (phases.length) {
-              var pctx = u.ctx, ptop = u.bbox.top, ph = u.bbox.height;
-              pctx.save();
-              pctx.font = 10 * devicePixelRatio + "px sans-serif";
-              pctx.textAlign = "left";
-              pctx.textBaseline = "top";
-              phases.forEach(function (p, i) {
-                var a = Math.max(u.valToPos(p.start, "x", true), u.bbox.left);
-                var b = Math.min(u.valToPos(p.end, "x", true), u.bbox.left + u.bbox.width);
-                if (!(b > a)) return;
-                pctx.fillStyle = PHASE_COLORS[i % PHASE_COLORS.length];
-                pctx.fillRect(a, ptop, b - a, ph);
-                if (b - a > 24 * devicePixelRatio) {
-                  pctx.fillStyle = "#374151";
-                  pctx.fillText(p.name, a + 3 * devicePixelRatio, ptop + 2 * devicePixelRatio,
-                    b - a - 6 * devicePixelRatio);
-                }
-              });
-              pctx.restore();
-            }
-            var cells = data.cells || [];
-            if (!cells.length) return;
-            var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
-            ctx.save();
-            ctx.font = 10 * devicePixelRatio + "px sans-serif";
-            ctx.textAlign = "left";
-            ctx.textBaseline = "bottom";
-            cells.forEach(function (c, i) {
-              var a = Math.max(u.valToPos(c.start, "x", true), u.bbox.left);
-              var b = Math.min(u.valToPos(c.end, "x", true), u.bbox.left + u.bbox.width);
-              if (!(b > a)) return;
-              ctx.fillStyle = i % 2 ? "rgba(217,119,6,0.08)" : "rgba(124,58,237,0.08)";
-              ctx.fillRect(a, top, b - a, h);
-              if (b - a > 18 * devicePixelRatio) {
-                ctx.fillStyle = "#6d28d9";
-                ctx.fillText("[" + c.index + "]", a + 3 * devicePixelRatio, top + h - 2 * devicePixelRatio);
-              }
-            });
-            ctx.restore();
+            drawBands(u, phases, function (p, i) { return PHASE_COLORS[i % PHASE_COLORS.length]; },
+              function (p) { return p.name; }, "#374151", true);
+            drawBands(u, data.cells || [], function (c, i) {
+              return i % 2 ? "rgba(217,119,6,0.08)" : "rgba(124,58,237,0.08)";
+            }, function (c) { return "[" + c.index + "]"; }, "#6d28d9", false);
           }],
           setScale: [function (u, key) {
             if (key !== "x" || syncing) return;

@@ -22,22 +22,12 @@ Format negotiate(std::string_view accept) {
 }
 
 std::string escape_label_value(std::string_view v) {
+  // Bytes that are not UTF-8 become U+FFFD first; the bytes of a multi-byte character are all
+  // >= 0x80, so only ASCII needs escaping.
+  const std::string valid = valid_utf8(v);
   std::string out;
-  out.reserve(v.size());
-  while (!v.empty()) {
-    const std::size_t n = utf8_length(v);
-    if (n == 0) {
-      out += "\xEF\xBF\xBD";  // U+FFFD for the byte
-      v.remove_prefix(1);
-      continue;
-    }
-    if (n > 1) {
-      out += v.substr(0, n);
-      v.remove_prefix(n);
-      continue;
-    }
-    const char c = v.front();
-    v.remove_prefix(1);
+  out.reserve(valid.size());
+  for (const char c : valid) {
     if (c == '\\')
       out += "\\\\";
     else if (c == '"')
