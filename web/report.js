@@ -517,12 +517,19 @@
             ctx.moveTo(u.bbox.left, yv);
             ctx.lineTo(u.bbox.left + u.bbox.width, yv);
             ctx.stroke();
-            ctx.fillStyle = "#b91c1c";
-            ctx.font = 11 * devicePixelRatio + "px sans-serif";
+            // The label beside the line, never on it: above it where there is room in the plot,
+            // else below it, on a light background so that the data under it stays readable.
+            var px = devicePixelRatio, text = "limit " + num(limit) + (chart.unit ? " " + chart.unit : "");
+            ctx.setLineDash([]);
+            ctx.font = 11 * px + "px sans-serif";
             ctx.textAlign = "left";
-            ctx.textBaseline = "bottom";
-            ctx.fillText("limit " + num(limit) + (chart.unit ? " " + chart.unit : ""), u.bbox.left + 6 * devicePixelRatio,
-              yv - 4 * devicePixelRatio);
+            var above = yv - 18 * px >= u.bbox.top;
+            ctx.textBaseline = above ? "bottom" : "top";
+            var ty = above ? yv - 4 * px : yv + 4 * px, tw = ctx.measureText(text).width;
+            ctx.fillStyle = "rgba(255,255,255,0.85)";
+            ctx.fillRect(u.bbox.left + 4 * px, above ? ty - 13 * px : ty - 1 * px, tw + 4 * px, 14 * px);
+            ctx.fillStyle = "#b91c1c";
+            ctx.fillText(text, u.bbox.left + 6 * px, ty);
             ctx.restore();
           }],
         },
