@@ -65,7 +65,8 @@ TEST(Marks, PhasesOfACommandThatMarksThem) {
   const nlohmann::json* load = phase(phases, "load");
   ASSERT_NE(load, nullptr);
   EXPECT_NEAR(load->at("cpu_s").get<double>(), burn, burn * 0.03 + 0.05) << load->dump();
-  EXPECT_NEAR(load->at("duration_s").get<double>(), burn, 0.25) << "the burn is the phase";
+  // A burn of one thread takes at least its CPU time in wall time (more on a busy machine).
+  EXPECT_GE(load->at("duration_s").get<double>(), burn * 0.97 - 0.05) << "the burn is the phase";
   // The 20 MiB land in "write", none in "load".
   const nlohmann::json* write = phase(phases, "write");
   ASSERT_NE(write, nullptr);
