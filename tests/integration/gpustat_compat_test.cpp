@@ -20,13 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
-
 RunOptions fake_gpus(const fs::path& scratch, const std::string& scenario) {
   RunOptions o;
   fs::create_directories(scratch / "config");

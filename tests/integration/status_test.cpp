@@ -18,18 +18,12 @@
 #include <gtest/gtest.h>
 
 #include "support/run_helpers.hpp"
+#include "support/tmux.hpp"
 
 namespace sonde::test {
 namespace {
 
 using nlohmann::json;
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
 
 std::string hostname() {
   char h[256] = {0};
@@ -744,34 +738,6 @@ TEST(StatusPlugins, SlurmJobAndContainerOfEachProcess) {
 }
 
 // ---- watch mode in a pseudo-terminal ----
-
-class Tmux {
- public:
-  explicit Tmux(const fs::path& dir) : socket_((dir / "tmux.sock").string()) {}
-  ~Tmux() { run({"kill-server"}); }
-  RunResult run(const std::vector<std::string>& args) const {
-    std::vector<std::string> argv{"tmux", "-S", socket_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    RunOptions o;
-    o.timeout_s = 20;
-    return run_command(argv, o);
-  }
-  std::string capture() const { return run({"capture-pane", "-p", "-t", "w"}).out; }
-  std::string format(const std::string& f) const {
-    auto out = run({"display-message", "-p", "-t", "w", f}).out;
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    return out;
-  }
-
- private:
-  std::string socket_;
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 TEST(StatusWatch, RedrawsInPlaceAndRestoresTheTerminal) {
   if (run_command({"tmux", "-V"}).status != 0) GTEST_SKIP() << "tmux is not installed";

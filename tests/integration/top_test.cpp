@@ -21,13 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
-
 RunResult sonde(const std::vector<std::string>& args, const RunOptions& o = {}) {
   std::vector<std::string> argv{sonde_binary()};
   argv.insert(argv.end(), args.begin(), args.end());

@@ -14,22 +14,10 @@
 #include <gtest/gtest.h>
 
 #include "support/run_helpers.hpp"
+#include "support/tmux.hpp"
 
 namespace sonde::test {
 namespace {
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 bool has_tmux() {
   return run_command({"tmux", "-V"}).status == 0;
@@ -42,7 +30,7 @@ class TopScreen {
   /// says how it ended.
   TopScreen(const fs::path& dir, const std::vector<std::string>& args,
             const std::vector<std::string>& prefix = {})
-      : socket_((dir / "tmux.sock").string()), dir_(dir) {
+      : tmux_(dir, {{"LANG", "C.UTF-8"}}), dir_(dir) {
     fs::create_directories(dir / "config");
     fs::permissions(dir, fs::perms::all);
     fs::permissions(dir / "config", fs::perms::all);
@@ -62,21 +50,9 @@ class TopScreen {
         run({"new-session", "-d", "-s", "w", "-x", "120", "-y", "40", "sh", "-c", cmd});
     if (r.status != 0) throw std::runtime_error("tmux: " + r.describe());
   }
-  ~TopScreen() { run({"kill-server"}); }
-  RunResult run(const std::vector<std::string>& args) const {
-    std::vector<std::string> argv{"tmux", "-S", socket_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    RunOptions o;
-    o.env = {{"LANG", "C.UTF-8"}};
-    o.timeout_s = 20;
-    return run_command(argv, o);
-  }
-  std::string capture() const { return run({"capture-pane", "-p", "-t", "w"}).out; }
-  std::string format(const std::string& f) const {
-    auto out = run({"display-message", "-p", "-t", "w", f}).out;
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    return out;
-  }
+  RunResult run(const std::vector<std::string>& args) const { return tmux_.run(args); }
+  std::string capture() const { return tmux_.capture(); }
+  std::string format(const std::string& f) const { return tmux_.format(f); }
   void keys(const std::vector<std::string>& k) const {
     std::vector<std::string> argv{"send-keys", "-t", "w"};
     argv.insert(argv.end(), k.begin(), k.end());
@@ -100,7 +76,7 @@ class TopScreen {
   int sonde_pid() const { return std::stoi(read_file(dir_ / "pid")); }
 
  private:
-  std::string socket_;
+  Tmux tmux_;
   fs::path dir_;
 };
 

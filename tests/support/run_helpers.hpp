@@ -116,6 +116,11 @@ fs::path scratch_dir(const std::string& tag = "");
 /// Reads a whole file ("" when missing).
 std::string read_file(const fs::path& path);
 
+/// `text` split at its newlines (no newline kept; a last line without one counts).
+std::vector<std::string> lines_of(const std::string& text);
+/// `s` in single quotes for sh -c, a quote inside it closed and reopened.
+std::string shell_quote(const std::string& s);
+
 /// A CSV file: header and rows of cells (an empty cell is a missing value).
 struct CsvTable {
   std::vector<std::string> header;
