@@ -458,6 +458,11 @@ void ProcScanner::find_job_cgroup() {
   JobCgroup job;
   for (std::uint32_t i : snap_->members[si]) {
     const PidSample& p = snap_->pids[i];
+    // Only a member whose job came from its cgroup (the scan has it): one read, not one per
+    // member per tick while none is in the job's cgroup.
+    if (auto it = entries_.find(p.pid);
+        it == entries_.end() || it->second->slurm_job != target_.slurm_job)
+      continue;
     auto text = read_file(roots_.proc + "/" + std::to_string(p.pid) + "/cgroup");
     if (!text) continue;
     if (slurm_job_from_cgroup(*text) != target_.slurm_job) continue;
