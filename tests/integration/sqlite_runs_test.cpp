@@ -55,11 +55,6 @@ int stored_rows(const fs::path& db) {
   return std::stoi(scalar(db, "SELECT count(*) FROM samples"));
 }
 
-RunResult sonde(std::vector<std::string> args, const RunOptions& options = {}) {
-  args.insert(args.begin(), sonde_binary());
-  return run_command(args, options);
-}
-
 std::string first_line(const std::string& text) {
   return text.substr(0, text.find('\n'));
 }
@@ -123,8 +118,15 @@ TEST(SqliteRuns, TwoRunsListShowExport) {
   EXPECT_EQ(got, want);
   const auto m_dir = read_json(dir / "csv" / "manifest.json");
   const auto m_exp = read_json(exported / "manifest.json");
-  for (const auto& [key, value] : m_dir.items())
-    EXPECT_TRUE(m_exp.contains(key)) << "exported manifest lacks " << key;
+  // Keys written only when the run met a condition (a loaded machine that missed the interval,
+  // a short last tick, a degraded collector) depend on how each run went, not on the layout.
+  const std::set<std::string> conditional = {"interval_warning", "short_final_interval", "degraded",
+                                             "notes", "priority"};
+  for (const auto& [key, value] : m_dir.items()) {
+    if (!conditional.contains(key)) {
+      EXPECT_TRUE(m_exp.contains(key)) << "exported manifest lacks " << key;
+    }
+  }
   EXPECT_EQ(m_exp.at("files"), m_dir.at("files"));
   EXPECT_EQ(m_exp.at("columns_by_level"), m_dir.at("columns_by_level"));
   for (const std::string level : {"process", "system"}) {
