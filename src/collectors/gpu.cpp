@@ -20,12 +20,11 @@
 
 #include "collectors/builtin.hpp"
 #include "core/nan.hpp"
+#include "core/units.hpp"
 #include "gpu/gpu.hpp"
 
 namespace sonde::collectors {
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 double value(const std::optional<double>& v) {
   return v ? *v : kNaN;

@@ -11,10 +11,10 @@
 
 #include "collectors/builtin.hpp"
 #include "core/procfs.hpp"
+#include "core/units.hpp"
 
 namespace sonde::collectors {
 namespace {
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 class MemoryCollector final : public Collector {
  public:

@@ -15,13 +15,6 @@
 namespace sonde {
 namespace {
 
-// mountinfo gives mount points as seen by the host. Those under /sys are re-rooted at roots.sys
-// so that a fixture tree (tests/fixtures/<tree>/sys) stands in for the real sysfs.
-std::string host_dir(const Roots& roots, const std::string& mount_point) {
-  if (mount_point.rfind("/sys/", 0) == 0) return roots.sys + mount_point.substr(4);
-  return mount_point;
-}
-
 std::string trim(std::string_view s) {
   constexpr std::string_view kSpace = " \t\n\r";
   const auto b = s.find_first_not_of(kSpace);
@@ -62,7 +55,7 @@ std::vector<CgroupDir> cgroup_chain(const Roots& roots,
       } else {
         continue;
       }
-      const std::string base = host_dir(roots, m.mount_point);
+      const std::string base = roots.mount_dir(m.mount_point);
       const std::string prefix = m.root == "/" ? std::string() : m.root;
       std::vector<CgroupDir> chain;
       while (true) {

@@ -17,6 +17,13 @@ namespace sonde {
 struct Roots {
   std::string proc = "/proc";  ///< procfs mount
   std::string sys = "/sys";    ///< sysfs mount
+
+  /// A mount point as mountinfo gives it (seen by the host), with those under /sys re-rooted at
+  /// `sys`, so that a fixture tree (tests/fixtures/<tree>/sys) stands in for the real sysfs.
+  std::string mount_dir(const std::string& mount_point) const {
+    if (mount_point.rfind("/sys/", 0) == 0) return sys + mount_point.substr(4);
+    return mount_point;
+  }
 };
 
 /// Reads a whole (small, virtual) file. Errors name the path and errno text.

@@ -10,13 +10,6 @@
 namespace sonde {
 namespace {
 
-// mountinfo gives mount points as seen by the host; those under /sys are re-rooted at roots.sys
-// so that a test tree stands in for the real sysfs.
-std::string host_dir(const Roots& roots, const std::string& mount_point) {
-  if (mount_point.rfind("/sys/", 0) == 0) return roots.sys + mount_point.substr(4);
-  return mount_point;
-}
-
 /// The directory of cgroup `path` (a job's) in `m`, "" when the mount does not show it.
 std::string dir_in(const CgroupLayout::Mount& m, std::string_view path) {
   if (m.root == "/" || m.root.empty()) return m.dir + std::string(path);
@@ -38,7 +31,7 @@ CgroupLayout CgroupLayout::discover(const Roots& roots) {
   if (auto text = read_file(roots.proc + "/self/mountinfo")) {
     if (auto mounts = procfs::parse_cgroup_mounts(*text)) {
       for (const auto& m : *mounts) {
-        Mount out{m.controllers, host_dir(roots, m.mount_point), m.root};
+        Mount out{m.controllers, roots.mount_dir(m.mount_point), m.root};
         if (m.v2) {
           if (!l.v2) l.v2 = std::move(out);
         } else if (!m.controllers.empty()) {

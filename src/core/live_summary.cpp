@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/json_text.hpp"
+#include "core/units.hpp"
 
 namespace sonde {
 
@@ -34,7 +35,6 @@ const RunStats::Column* RunStats::find(Level level, const std::string& column) c
 }
 
 namespace {
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 nlohmann::json opt(std::optional<double> v) {
   return v ? nlohmann::json(*v) : nlohmann::json();

@@ -17,11 +17,10 @@
 #include "core/nan.hpp"
 #include "core/stored_summary.hpp"
 #include "core/summary.hpp"
+#include "core/units.hpp"
 
 namespace sonde::multinode {
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 /// A finite number, else NaN (JSON has no NaN, but 1e999 parses as infinity).
 double number_or_nan(const nlohmann::json& v) {

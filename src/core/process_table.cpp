@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 
 #include "core/fs.hpp"
+#include "core/units.hpp"
 
 namespace sonde {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr std::size_t kMaxUntrackedRemembered = 65536;
 constexpr std::size_t kMaxCommandBytes = 512;
 

@@ -7,11 +7,11 @@
 #include <fmt/format.h>
 
 #include "core/nan.hpp"
+#include "core/units.hpp"
 
 namespace sonde {
 
 namespace {
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 /// One node of a multi-node run (summarize_run's `nodes` entry), one line.
 std::string node_line(const nlohmann::json& n) {

@@ -48,7 +48,7 @@ std::string error_name(nvmlReturn_t r) {
 }
 
 // The entry points, resolved once; nullptr where the library lacks one.
-struct Api {
+struct NvmlApi {
   using Dev = nvmlDevice_t;
   using Ret = nvmlReturn_t;
   Ret (*init)() = nullptr;
@@ -87,7 +87,7 @@ struct Read {
 
 class NvmlBackend final : public Backend {
  public:
-  NvmlBackend(std::unique_ptr<Library> lib, Api api, int count, std::string driver)
+  NvmlBackend(std::unique_ptr<Library> lib, NvmlApi api, int count, std::string driver)
       : lib_(std::move(lib)),
         api_(api),
         count_(count),
@@ -324,7 +324,7 @@ class NvmlBackend final : public Backend {
   }
 
   std::unique_ptr<Library> lib_;
-  Api api_;
+  NvmlApi api_;
   int count_;
   std::string driver_;
   std::vector<unsigned long long> last_seen_;  ///< per device: newest process sample seen
@@ -344,7 +344,7 @@ std::unique_ptr<Backend> open_nvml(const std::string& path, std::string& note) {
     note = "NVML: " + lib->error();
     return nullptr;
   }
-  Api a;
+  NvmlApi a;
   auto pick = [&](auto& slot, std::initializer_list<const char*> names) {
     for (const char* n : names) {
       slot = lib->sym<std::remove_reference_t<decltype(slot)>>(n);

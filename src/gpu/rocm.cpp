@@ -32,7 +32,7 @@ std::string status_name(St s) {
   }
 }
 
-struct Api {
+struct RocmApi {
   St (*init)(uint64_t) = nullptr;
   St (*shut_down)() = nullptr;
   St (*num_devices)(uint32_t*) = nullptr;
@@ -60,7 +60,7 @@ struct Api {
 
 class RocmBackend final : public Backend {
  public:
-  RocmBackend(std::unique_ptr<Library> lib, Api api, int count, std::string driver)
+  RocmBackend(std::unique_ptr<Library> lib, RocmApi api, int count, std::string driver)
       : lib_(std::move(lib)), api_(api), count_(count), driver_(std::move(driver)) {}
   ~RocmBackend() override {
     if (api_.shut_down != nullptr) api_.shut_down();
@@ -202,7 +202,7 @@ class RocmBackend final : public Backend {
   }
 
   std::unique_ptr<Library> lib_;
-  Api api_;
+  RocmApi api_;
   int count_;
   std::string driver_;
 };
@@ -227,7 +227,7 @@ std::unique_ptr<Backend> open_rocm(const std::string& path, std::string& note) {
                                                    std::to_string(names.size()) + " names tried)");
     return nullptr;
   }
-  Api a;
+  RocmApi a;
   auto pick = [&](auto& slot, const char* n) {
     slot = lib->sym<std::remove_reference_t<decltype(slot)>>(n);
   };

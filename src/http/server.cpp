@@ -99,12 +99,17 @@ constexpr std::size_t kKeepBufferBytes = 2 * kReadChunk;
 constexpr std::size_t kTrimAfterPeak = 64;
 constexpr double kTrimEveryS = 1;
 
+}  // namespace
+
+// Outside the anonymous namespace: Conn and Server::Impl, which have external linkage, hold them.
 struct SslFree {
   void operator()(SSL* s) const { SSL_free(s); }
 };
 struct SslCtxFree {
   void operator()(SSL_CTX* c) const { SSL_CTX_free(c); }
 };
+
+namespace {
 
 /// OpenSSL's last error, as one line.
 std::string ssl_error_text() {

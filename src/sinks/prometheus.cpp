@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/nan.hpp"
+#include "core/units.hpp"
 #include "core/utf8.hpp"
 
 namespace sonde::prom {
@@ -134,8 +135,6 @@ void render(const std::vector<Family>& families, Format f, std::string& out) {
 // ---- Exporter -------------------------------------------------------------------------------
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 /// What a known column becomes.
 struct KnownMetric {

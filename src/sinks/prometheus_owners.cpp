@@ -18,6 +18,7 @@
 #include "core/nan.hpp"
 #include "core/pid_reads.hpp"
 #include "core/procfs.hpp"
+#include "core/units.hpp"
 #include "sinks/prometheus.hpp"
 
 namespace sonde::prom {
@@ -94,7 +95,6 @@ JobFacts read_job_cgroup(const JobCgroup& cg) {
 
 JobEnvironment job_environment(std::string_view environ_text) {
   JobEnvironment e;
-  constexpr double kMiB = 1024.0 * 1024.0;
   auto number = [&](std::string_view key) -> std::optional<double> {
     auto v = procfs::environ_value(environ_text, key);
     if (!v) return std::nullopt;

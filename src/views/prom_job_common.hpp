@@ -7,12 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/units.hpp"
 #include "http/prometheus_api.hpp"
 #include "views/prom_job.hpp"
 
 namespace sonde::promq {
-
-inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 /// `{jobid="<job>"}`.
 std::string job_selector(const std::string& job);

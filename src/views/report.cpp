@@ -13,11 +13,11 @@
 #include "core/gzip.hpp"
 #include "core/json_text.hpp"
 #include "core/nan.hpp"
+#include "core/units.hpp"
 #include "views/report_assets.hpp"
 
 namespace sonde {
 namespace {
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 /// A value with `digits` significant digits, as short as JSON allows ("1.23e6", "0.5", "0").
 void append_compact(std::string& out, double v, int digits) {
