@@ -19,11 +19,6 @@
 namespace sonde::test {
 namespace {
 
-RunResult sonde(std::vector<std::string> args) {
-  args.insert(args.begin(), sonde_binary());
-  return run_command(args);
-}
-
 /// Another user of this machine (made when running as root), or nullopt.
 std::optional<uid_t> other_uid() {
   const auto u = other_user();

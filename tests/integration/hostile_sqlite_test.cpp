@@ -42,13 +42,6 @@ void tamper(const fs::path& db, const std::string& sql) {
   sqlite3_close(h);
 }
 
-RunResult sonde(std::vector<std::string> args, double timeout_s = 30) {
-  args.insert(args.begin(), sonde_binary());
-  RunOptions o;
-  o.timeout_s = timeout_s;
-  return run_command(args, o);
-}
-
 TEST(HostileSqlite, RunsAsAnEndlessViewIsRefusedAtOnce) {
   const fs::path db = recorded_db(scratch_dir());
   tamper(db,

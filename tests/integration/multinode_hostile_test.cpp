@@ -14,19 +14,11 @@
 
 #include <gtest/gtest.h>
 
+#include "support/multinode_fakes.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {
 namespace {
-
-const std::string kFakeSrun = std::string(SONDE_SOURCE_DIR) + "/tests/multinode/fake_srun";
-const std::string kFakeSlurm = std::string(SONDE_SOURCE_DIR) + "/tests/multinode/fake_slurm";
-
-/// A job id of this test process (agents of two tests never count each other's workloads).
-std::string job_id() {
-  static int n = 0;
-  return std::to_string(4'000'000 + ::getpid() * 10 + n++);
-}
 
 /// What the fake launcher adds to the agents' lines (labels included).
 struct Injected {

@@ -12,6 +12,7 @@
 
 #include "core/json_text.hpp"
 #include "support/run_helpers.hpp"
+#include "support/signal_case.hpp"
 
 namespace sonde::test {
 namespace {
@@ -208,15 +209,6 @@ TEST(Run, MissingCommandExits127AndNamesIt) {
   EXPECT_EQ(rep.status, 0) << rep.describe();
   EXPECT_NE(rep.err.find("has no rows: the command was not started"), std::string::npos)
       << rep.describe();
-}
-
-struct SignalCase {
-  int signum;
-  const char* name;
-};
-
-void PrintTo(const SignalCase& c, std::ostream* os) {
-  *os << c.name;
 }
 
 class RunForwardsSignal : public ::testing::TestWithParam<SignalCase> {};

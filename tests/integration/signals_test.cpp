@@ -12,20 +12,12 @@
 #include <gtest/gtest.h>
 
 #include "support/run_helpers.hpp"
+#include "support/signal_case.hpp"
 
 namespace sonde::test {
 namespace {
 
 #ifdef SONDE_FAKE_NVML
-
-struct SignalCase {
-  int signum;
-  const char* name;
-};
-
-void PrintTo(const SignalCase& c, std::ostream* os) {
-  *os << c.name;
-}
 
 RunOptions gpu_env() {
   RunOptions o;

@@ -54,12 +54,6 @@ RunOptions env_for(const fs::path& scratch, const std::string& nvml, const std::
   return o;
 }
 
-RunResult sonde(const std::vector<std::string>& args, const RunOptions& o) {
-  std::vector<std::string> argv{sonde_binary()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv, o);
-}
-
 json parse_json(const RunResult& r) {
   try {
     return json::parse(r.out);

@@ -21,12 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-RunResult sonde(const std::vector<std::string>& args, const RunOptions& o = {}) {
-  std::vector<std::string> argv{sonde_binary()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv, o);
-}
-
 // No GPU library, no plugin of the user's.
 RunOptions plain_env(const fs::path& scratch) {
   RunOptions o;

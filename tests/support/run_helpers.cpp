@@ -175,6 +175,11 @@ std::string RunResult::describe() const {
   return s;
 }
 
+RunResult sonde(std::vector<std::string> args, const RunOptions& options) {
+  args.insert(args.begin(), sonde_binary());
+  return run_command(args, options);
+}
+
 RunResult run_command(const std::vector<std::string>& argv, const RunOptions& options) {
   Spawned child = spawn(argv, options);
   RunResult result;

@@ -51,6 +51,9 @@ struct RunResult {
 /// The child runs in its own process group.
 RunResult run_command(const std::vector<std::string>& argv, const RunOptions& options = {});
 
+/// Runs the sonde binary under test with `args` (run_command's rules).
+RunResult sonde(std::vector<std::string> args, const RunOptions& options = {});
+
 /// A child process running in the background (in its own process group), with stdout and stderr
 /// captured through pipes that are drained whenever the object waits. Killed (SIGKILL to the
 /// group) and reaped by the destructor when still running.

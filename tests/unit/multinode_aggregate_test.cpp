@@ -12,9 +12,13 @@
 
 #include "core/multinode_aggregate.hpp"
 #include "core/multinode_head.hpp"
+#include "support/agent_lines.hpp"
 
 namespace sonde::multinode {
 namespace {
+
+using test::ready;
+using test::sample;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -258,21 +262,6 @@ class MemoryStore final : public Store {
   }
   bool failed() const override { return false; }
 };
-
-std::string ready(const std::string& node, double wallclock) {
-  return nlohmann::json{{"status", "ready"},
-                        {"node", node},
-                        {"wallclock", wallclock},
-                        {"columns_by_level", {{"slurm", {"cpu_util_avg", "memory"}}}},
-                        {"node_info", {{"cpus_per_level", {{"slurm", {{"num_cpus", 4}}}}}}}}
-      .dump();
-}
-std::string sample(double wallclock, double cpu, double mem) {
-  return nlohmann::json{{"level", "slurm"},
-                        {"wallclock", wallclock},
-                        {"sample", {{"time", 1.0}, {"cpu_util_avg", cpu}, {"memory", mem}}}}
-      .dump();
-}
 
 TEST(MultinodeHead, CapturedLinesToNodeRowsAggregateAndFaults) {
   MemoryStore store;

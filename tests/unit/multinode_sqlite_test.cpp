@@ -16,9 +16,13 @@
 #include "sinks/multinode_sqlite.hpp"
 #include "sinks/run_data.hpp"
 #include "sinks/sqlite.hpp"
+#include "support/agent_lines.hpp"
 
 namespace sonde::multinode {
 namespace {
+
+using test::ready;
+using test::sample;
 
 namespace fs = std::filesystem;
 
@@ -34,22 +38,6 @@ struct TempDir {
   }
 };
 
-std::string ready(const std::string& node, double wallclock) {
-  return nlohmann::json{
-      {"status", "ready"},
-      {"node", node},
-      {"wallclock", wallclock},
-      {"columns_by_level", {{"slurm", {"cpu_util_avg", "memory"}}}},
-      {"node_info", {{"num_system_cpus", 4}, {"cpus_per_level", {{"slurm", {{"num_cpus", 4}}}}}}}}
-      .dump();
-}
-std::string sample(double wallclock, double cpu, double mem) {
-  return nlohmann::json{
-      {"level", "slurm"},
-      {"wallclock", wallclock},
-      {"sample", {{"time", wallclock - 900}, {"cpu_util_avg", cpu}, {"memory", mem}}}}
-      .dump();
-}
 bool has_tag(const nlohmann::json& tags, const char* tag) {
   return tags.is_array() && std::find(tags.begin(), tags.end(), tag) != tags.end();
 }

@@ -12,54 +12,16 @@
 
 #include "sinks/run_data.hpp"
 #include "sinks/sqlite.hpp"
+#include "support/sqlite_helpers.hpp"
 
 namespace sonde {
 namespace {
 
+using test::exec;
+using test::query;
+using test::TempDir;
+
 namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "sonde-sqlite-mn-XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::string query(const std::string& db, const std::string& sql) {
-  sqlite3* h = nullptr;
-  EXPECT_EQ(sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
-  sqlite3_stmt* s = nullptr;
-  std::string out = "<error>";
-  if (sqlite3_prepare_v2(h, sql.c_str(), -1, &s, nullptr) == SQLITE_OK) {
-    const int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW)
-      out = sqlite3_column_text(s, 0) ? reinterpret_cast<const char*>(sqlite3_column_text(s, 0))
-                                      : "NULL";
-    else if (rc == SQLITE_DONE)
-      out = "<none>";
-  } else {
-    ADD_FAILURE() << sql << ": " << sqlite3_errmsg(h);
-  }
-  sqlite3_finalize(s);
-  sqlite3_close(h);
-  return out;
-}
-
-void exec(const std::string& db, const std::string& sql) {
-  sqlite3* h = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr),
-            SQLITE_OK);
-  char* err = nullptr;
-  EXPECT_EQ(sqlite3_exec(h, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
-      << sql << ": " << (err ? err : "");
-  sqlite3_free(err);
-  sqlite3_close(h);
-}
 
 /// Stores `run` (a multi-node run read from a directory) through the writer's node API, the way
 /// a multi-node head does: the run's own levels at create, each node's columns with add_node,

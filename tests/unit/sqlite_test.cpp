@@ -12,24 +12,17 @@
 
 #include "sinks/run_reader.hpp"
 #include "sinks/sqlite.hpp"
+#include "support/sqlite_helpers.hpp"
 
 namespace sonde {
 namespace {
 
+using test::exec;
+using test::query;
+using test::TempDir;
+
 namespace fs = std::filesystem;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "sonde-sqlite-XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::array<std::vector<std::string>, kNumLevels> test_columns() {
   std::array<std::vector<std::string>, kNumLevels> c;
@@ -59,38 +52,6 @@ void write_ticks(SqliteSink& s, int n, int first = 0) {
     rows[level_index(Level::system)] = {1.5, 2.5 * i, 3.0};
     s.write(100.0 + 0.5 * i, 1700000000.0 + 0.5 * i, rows);
   }
-}
-
-// A query's single value as text, through a separate connection.
-std::string query(const std::string& db, const std::string& sql) {
-  sqlite3* h = nullptr;
-  EXPECT_EQ(sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
-  sqlite3_stmt* s = nullptr;
-  std::string out = "<error>";
-  if (sqlite3_prepare_v2(h, sql.c_str(), -1, &s, nullptr) == SQLITE_OK) {
-    const int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW)
-      out = sqlite3_column_text(s, 0) ? reinterpret_cast<const char*>(sqlite3_column_text(s, 0))
-                                      : "NULL";
-    else if (rc == SQLITE_DONE)
-      out = "<none>";
-  } else {
-    ADD_FAILURE() << sql << ": " << sqlite3_errmsg(h);
-  }
-  sqlite3_finalize(s);
-  sqlite3_close(h);
-  return out;
-}
-
-void exec(const std::string& db, const std::string& sql) {
-  sqlite3* h = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr),
-            SQLITE_OK);
-  char* err = nullptr;
-  EXPECT_EQ(sqlite3_exec(h, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
-      << sql << ": " << (err ? err : "");
-  sqlite3_free(err);
-  sqlite3_close(h);
 }
 
 TEST(Sqlite, WritesAndReadsBackARun) {
