@@ -216,12 +216,16 @@ def level_tags(summary, level):
     if g("gpu_mem", "max") and g("gpu_util", "mean") is not None and g("gpu_util", "mean") < 10:
         tags.append("gpu-allocated-but-not-used")
     # node-saturated: the node's CPUs busy (system level's mean >= 90 %) while this level got
-    # less than 90 % of its own (node_saturated in core/summary.cpp).
+    # less than 90 % of its own, and used at least 0.05 cores (node_saturated in
+    # core/summary.cpp: a program that waited was not held back).
     if level != "system":
         node = (((summary.get("levels") or {}).get("system") or {}).get("groups") or {})
         node_mean = _num((node.get("cpu") or {}).get("mean"))
-        if node_mean is not None and node_mean >= 90 and g("cpu", "mean") is not None and \
-                g("cpu", "mean") < 90:
+        cpus = _num(((summary.get("levels") or {}).get(level) or {}).get("num_cpus"))
+        mean = g("cpu", "mean")
+        waited = mean is not None and cpus is not None and mean / 100 * cpus < 0.05
+        if node_mean is not None and node_mean >= 90 and mean is not None and mean < 90 and \
+                not waited:
             tags.append("node-saturated")
     return tags
 

@@ -195,6 +195,7 @@ nlohmann::json summary_json(const Engine& engine, const RunStats& stats,
   j["cpu_seconds"] = cpu ? nlohmann::json(cpu->integral / 100 * cpus + carried) : nlohmann::json();
   TagInputs in;
   if (cpu && cpu->count) in.cpu_mean_pct = *cpu->mean();
+  if (j["cpu_mean_cores"].is_number()) in.cpu_mean_cores = j["cpu_mean_cores"].get<double>();
   // Beside the node's: a busy node leaves a program less than it could have used.
   if (level != Level::system)
     if (const auto* node_cpu = stats.find(Level::system, "cpu_util_avg");

@@ -440,8 +440,11 @@ nlohmann::json summarize_run(const RunData& run, std::optional<std::pair<double,
     const auto node_mean = opt_number(levels["system"]["groups"]["cpu"]["mean"]);
     for (auto& [lname, L] : levels.items()) {
       if (lname == "system" || !L.contains("groups") || !L["groups"].contains("cpu")) continue;
-      if (node_saturated(node_mean, opt_number(L["groups"]["cpu"]["mean"])))
-        L["tags"].push_back("node-saturated");
+      const auto mean = opt_number(L["groups"]["cpu"]["mean"]);
+      const auto cpus = opt_number(L.contains("num_cpus") ? L["num_cpus"] : nlohmann::json());
+      std::optional<double> cores;
+      if (mean && cpus) cores = *mean / 100 * *cpus;
+      if (node_saturated(node_mean, mean, cores)) L["tags"].push_back("node-saturated");
     }
   }
   j["levels"] = levels;

@@ -49,13 +49,16 @@ std::vector<std::string> bottleneck_tags(const TagInputs& in) {
       *in.gpu_util_mean_pct < kGpuUnused)
     tags.push_back("gpu-allocated-but-not-used");
   if (node_imbalance(in.node_cpu)) tags.push_back("node-imbalance");
-  if (node_saturated(in.node_cpu_mean_pct, in.cpu_mean_pct)) tags.push_back("node-saturated");
+  if (node_saturated(in.node_cpu_mean_pct, in.cpu_mean_pct, in.cpu_mean_cores))
+    tags.push_back("node-saturated");
   return tags;
 }
 
-bool node_saturated(std::optional<double> node_cpu_mean_pct, std::optional<double> cpu_mean_pct) {
+bool node_saturated(std::optional<double> node_cpu_mean_pct, std::optional<double> cpu_mean_pct,
+                    std::optional<double> cpu_mean_cores) {
   return node_cpu_mean_pct && cpu_mean_pct && *node_cpu_mean_pct >= kNodeSaturatedPct &&
-         *cpu_mean_pct < kNodeSaturatedPct;
+         *cpu_mean_pct < kNodeSaturatedPct &&
+         !(cpu_mean_cores && *cpu_mean_cores < kNodeSaturatedMinCores);
 }
 
 bool node_imbalance(const std::vector<TagInputs::NodeCpu>& nodes) {

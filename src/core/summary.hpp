@@ -24,7 +24,8 @@ struct ColumnStats {
 
 /// What the bottleneck tags are decided from (one level). Absent figures give no tag.
 struct TagInputs {
-  std::optional<double> cpu_mean_pct;  ///< mean cpu_util_avg
+  std::optional<double> cpu_mean_pct;    ///< mean cpu_util_avg
+  std::optional<double> cpu_mean_cores;  ///< the same in cores (unset where the count is unknown)
   /// The node's mean cpu_util_avg (system level) beside a lower level's; unset at the system level.
   std::optional<double> node_cpu_mean_pct;
   std::optional<double> memory_peak_gib;    ///< peak `memory`
@@ -51,7 +52,13 @@ bool node_imbalance(const std::vector<TagInputs::NodeCpu>& nodes);
 /// them) while the level got less than this percent of the CPUs available to it: other processes
 /// took what it could have used.
 inline constexpr double kNodeSaturatedPct = 90;
-bool node_saturated(std::optional<double> node_cpu_mean_pct, std::optional<double> cpu_mean_pct);
+/// ... and the level used at least this many cores on average: a program that waited (`sleep`,
+/// a server between requests, a job blocked on I/O) was not held back by a busy node, and telling
+/// its user "your program got 0.00 of 2 cores" would send them after the wrong cause.
+inline constexpr double kNodeSaturatedMinCores = 0.05;
+/// The rule above; `cpu_mean_cores` unset (the level's CPU count unknown) skips the floor.
+bool node_saturated(std::optional<double> node_cpu_mean_pct, std::optional<double> cpu_mean_pct,
+                    std::optional<double> cpu_mean_cores);
 /// The tags, in this order: cpu-bound (mean CPU >= 70 % of the available CPUs), memory-bound
 /// (peak >= 80 % of the limit), gpu-util-bound (mean >= 70 %), gpu-memory-bound (peak on one GPU
 /// >= 90 % of its memory), gpu-allocated-but-not-used (GPU memory held, mean utilisation < 10 %),

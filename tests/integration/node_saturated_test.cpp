@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/summary.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {
@@ -42,6 +43,33 @@ TEST(Tags, NodeSaturatedWhenOtherProcessesTakeTheCpus) {
   const nlohmann::json stored = read_json(run_dir(dir / "out") / "manifest.json").at("summary");
   const auto stored_tags = stored.at("tags").get<std::vector<std::string>>();
   EXPECT_NE(std::find(stored_tags.begin(), stored_tags.end(), "node-saturated"), stored_tags.end());
+}
+
+// A program that sleeps on a busy node used no CPU it was denied: no tag, no "your program got
+// 0.00 of N cores" line.
+TEST(Tags, NotNodeSaturatedWhenTheProgramWaited) {
+  const fs::path dir = scratch_dir();
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  std::vector<std::unique_ptr<BackgroundProcess>> burners;
+  for (long i = 0; i < cpus; ++i)
+    burners.push_back(std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{workload_binary(), "burn", "30"}));
+  const RunResult r =
+      run_command({sonde_binary(), "run", "--interval", "0.1", "--levels", "process,system",
+                   "--out", (dir / "out").string(), "--summary-json",
+                   (dir / "summary.json").string(), "--", "sleep", "0.6"});
+  for (auto& b : burners) b->kill_and_wait();
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const nlohmann::json s = read_json(dir / "summary.json");
+  ASSERT_TRUE(s.contains("node_cpu_mean_pct")) << s.dump(1);
+  EXPECT_GE(s.at("node_cpu_mean_pct").get<double>(), 90.0) << "one burner per CPU beside it";
+  EXPECT_LT(s.at("cpu_mean_cores").get<double>(), kNodeSaturatedMinCores) << s.dump(1);
+  const auto tags = s.at("tags").get<std::vector<std::string>>();
+  EXPECT_EQ(std::find(tags.begin(), tags.end(), "node-saturated"), tags.end()) << s.dump(1);
+  EXPECT_EQ(r.err.find("your program got"), std::string::npos) << r.err;
+  const nlohmann::json stored = read_json(run_dir(dir / "out") / "manifest.json").at("summary");
+  const auto stored_tags = stored.at("tags").get<std::vector<std::string>>();
+  EXPECT_EQ(std::find(stored_tags.begin(), stored_tags.end(), "node-saturated"), stored_tags.end());
 }
 
 }  // namespace

@@ -233,6 +233,19 @@ TEST(MultinodeRun, ImbalanceRule) {
   EXPECT_EQ(bottleneck_tags(in), std::vector<std::string>{"node-imbalance"});
 }
 
+TEST(MultinodeRun, SaturatedRule) {
+  // The node busy, the program below 90 % of its CPUs: held back.
+  EXPECT_TRUE(node_saturated(100, 43, 0.86));
+  EXPECT_TRUE(node_saturated(90, 89.9, std::nullopt));  // CPU count unknown: no floor
+  EXPECT_FALSE(node_saturated(89.9, 10, 0.2));          // the node was not busy
+  EXPECT_FALSE(node_saturated(100, 95, 1.9));           // the program got its CPUs
+  EXPECT_FALSE(node_saturated(std::nullopt, 10, 0.2));
+  // A program that waited (sleep on a busy node) was not held back.
+  EXPECT_FALSE(node_saturated(100, 0.0, 0.0));
+  EXPECT_FALSE(node_saturated(100, 2.0, 0.04));
+  EXPECT_TRUE(node_saturated(100, 2.5, 0.05));
+}
+
 TEST(MultinodeRun, NoImbalanceWhenNodesShareTheWork) {
   MultinodeCopy c;
   // n3 burns as much as n1: rewrite its slurm rows from n1's.
