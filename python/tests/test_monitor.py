@@ -58,6 +58,36 @@ def test_stop_start_keeps_rows():
     assert st["sampling_thread_cpu_s"] >= 0
 
 
+def test_retarget_while_sampling_keeps_rows_and_follows_the_new_process():
+    """retarget() stops the sampling thread, changes the root and starts it again while Python
+    reads rows: the path the wrapper kernel takes when a wrapped kernel restarts (and the TSan
+    stage's check of it)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        m = sonde.Monitor(interval=0.05, levels="process")
+        m.start()
+        wait_rows(m, "process", 3)
+        for _ in range(5):  # read while the thread is stopped and started again
+            m.retarget(child.pid)
+            assert m.running
+            m.rows("process")
+            m.retarget(os.getpid())
+        m.retarget(child.pid)
+        assert m.pid == child.pid
+        n = m.rows("process")
+        assert wait_rows(m, "process", n + 3) >= n + 3
+        m.stop()
+        df = m.samples("process")
+        assert len(df) == m.rows("process")
+        assert (df["wallclock"].diff().dropna() > 0).all()
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_cpu_of_a_busy_loop_in_this_process():
     """The process level's CPU seconds over a busy loop match what getrusage says this process
     used. The loop runs until it has used 1 CPU-s by its own rusage (the truth comes from the
