@@ -32,7 +32,7 @@ extern "C" {
 #define SONDE_CAP_COLLECTOR 1u
 #define SONDE_CAP_STATUS 2u /**< sonde_status_v1 (ABI 1.1) */
 
-/** Levels: docs/configuration.md (`levels`) and README.md. */
+/** Levels: docs/configuration.md (`levels`) and docs/tour.md. */
 typedef enum sonde_level {
   SONDE_LEVEL_PROCESS = 0,
   SONDE_LEVEL_USER = 1,
