@@ -244,21 +244,29 @@ nlohmann::json compare_runs(const RunData& a, const RunData& b) {
 
 std::string compare_text(const nlohmann::json& c) {
   std::string out;
+  // One line of the table, without the blanks an empty last column leaves.
+  const auto line = [&out](std::string text) {
+    text.erase(text.find_last_not_of(' ') + 1);
+    out += text + "\n";
+  };
   for (const char* k : {"a", "b"}) {
     const nlohmann::json& r = c[k];
     const std::string cmd = r.value("command", std::string());
-    out += fmt::format("{}  {}{}\n", k[0] == 'a' ? 'A' : 'B', r.value("source", std::string()),
-                       cmd.empty() ? "" : "  (" + cmd + ")");
+    line(fmt::format("{}  {}{}", k[0] == 'a' ? 'A' : 'B', r.value("source", std::string()),
+                     cmd.empty() ? "" : "  (" + cmd + ")"));
   }
-  out += fmt::format("\n  {:<18} {:>16} {:>16} {:>9}\n", "", "A", "B", "change");
+  out += "\n";
+  line(fmt::format("  {:<18} {:>16} {:>16} {:>9}", "", "A", "B", "change"));
   for (const auto& row : c["rows"]) {
     const std::string unit = row.value("unit", std::string());
-    out += fmt::format("  {:<18} {:>16} {:>16} {:>9}\n", row.value("label", std::string()),
-                       value_text(row["a"], unit), value_text(row["b"], unit),
-                       change_text(row["change_pct"]));
+    line(fmt::format("  {:<18} {:>16} {:>16} {:>9}", row.value("label", std::string()),
+                     value_text(row["a"], unit), value_text(row["b"], unit),
+                     change_text(row["change_pct"])));
   }
-  out += fmt::format("\n  tags A             {}\n", join(strings(c["tags"]["a"])));
-  out += fmt::format("  tags B             {}\n", join(strings(c["tags"]["b"])));
+  out += "\n";
+  for (const char* k : {"a", "b"})
+    line(fmt::format("  tags {}             {}", k[0] == 'a' ? 'A' : 'B',
+                     join(strings(c["tags"][k]))));
   return out;
 }
 

@@ -89,6 +89,7 @@ TEST(Compare, TwoRunsSideBySide) {
   ASSERT_EQ(text.status, 0) << text.describe();
   for (const char* s : {"A  ", "B  ", "CPU time", "memory peak", "change", "tags A", "tags B"})
     EXPECT_NE(text.out.find(s), std::string::npos) << s << " in\n" << text.out;
+  EXPECT_EQ(text.out.find(" \n"), std::string::npos) << "a line ends in blanks:\n" << text.out;
 
   // The page: the table and one chart per metric with both runs' lines.
   std::ifstream in(dir / "compare.html");
