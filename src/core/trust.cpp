@@ -84,9 +84,18 @@ std::string untrusted_reason(const struct stat& st, std::string_view part, const
   // is executed or imported (OpenSSH's StrictModes refuses it too): a module search path or a
   // program directory there invites files nobody checked.
   const bool sticky_dir = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) && use == TrustUse::read;
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !sticky_dir)
-    return fmt::format("its {} is writable by {} (mode {:o}); run chmod go-w on it", what,
-                       (st.st_mode & S_IWOTH) ? "others" : "its group", st.st_mode & 07777);
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !sticky_dir) {
+    const char* who = (st.st_mode & S_IWOTH) ? "others" : "its group";
+    // A shared sticky directory (/tmp) is meant to be writable by all: the fix is to move what
+    // is run out of it, not chmod.
+    if (S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX))
+      return fmt::format(
+          "its {} is writable by {} (mode {:o}); programs, plugins and Python modules are not "
+          "taken from below a directory others may write, sticky or not: move it elsewhere",
+          what, who, st.st_mode & 07777);
+    return fmt::format("its {} is writable by {} (mode {:o}); run chmod go-w on it", what, who,
+                       st.st_mode & 07777);
+  }
   return {};
 }
 

@@ -104,7 +104,9 @@ TEST(TrustRule, StickyDirectoryOnlyForReading) {
   EXPECT_EQ(refusal(f.string(), TrustUse::read), "");
   EXPECT_EQ(refusal(f.string(), TrustUse::run),
             "refusing file " + f.string() + ": its directory " + sticky.string() +
-                " is writable by others (mode 1777); run chmod go-w on it");
+                " is writable by others (mode 1777); programs, plugins and Python modules are "
+                "not taken from below a directory others may write, sticky or not: move it "
+                "elsewhere");
 }
 
 TEST(TrustRule, AncestorOwnedByAnotherUserIsRefused) {
