@@ -17,18 +17,27 @@
 namespace sonde::test {
 namespace {
 
-TEST(Tags, NodeSaturatedWhenOtherProcessesTakeTheCpus) {
-  const fs::path dir = scratch_dir();
+/// `sonde run` of `command` beside one burner per CPU, so that the node is busy because of the
+/// test itself; the burners are gone when it returns.
+RunResult run_beside_burners(const fs::path& dir, const std::vector<std::string>& command) {
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   std::vector<std::unique_ptr<BackgroundProcess>> burners;
   for (long i = 0; i < cpus; ++i)
     burners.push_back(std::make_unique<BackgroundProcess>(
         std::vector<std::string>{workload_binary(), "burn", "30"}));
-  const RunResult r =
-      run_command({sonde_binary(), "run", "--interval", "0.1", "--levels", "process,system",
-                   "--out", (dir / "out").string(), "--summary-json",
-                   (dir / "summary.json").string(), "--", workload_binary(), "burn", "0.6"});
+  const std::string out = (dir / "out").string(), summary = (dir / "summary.json").string();
+  std::vector<std::string> args = {
+      sonde_binary(), "run", "--interval",     "0.1",   "--levels", "process,system",
+      "--out",        out,   "--summary-json", summary, "--"};
+  args.insert(args.end(), command.begin(), command.end());
+  const RunResult r = run_command(args);
   for (auto& b : burners) b->kill_and_wait();
+  return r;
+}
+
+TEST(Tags, NodeSaturatedWhenOtherProcessesTakeTheCpus) {
+  const fs::path dir = scratch_dir();
+  const RunResult r = run_beside_burners(dir, {workload_binary(), "burn", "0.6"});
   ASSERT_EQ(r.status, 0) << r.describe();
   const nlohmann::json s = read_json(dir / "summary.json");
   ASSERT_TRUE(s.contains("node_cpu_mean_pct")) << s.dump(1);
@@ -49,16 +58,7 @@ TEST(Tags, NodeSaturatedWhenOtherProcessesTakeTheCpus) {
 // 0.00 of N cores" line.
 TEST(Tags, NotNodeSaturatedWhenTheProgramWaited) {
   const fs::path dir = scratch_dir();
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  std::vector<std::unique_ptr<BackgroundProcess>> burners;
-  for (long i = 0; i < cpus; ++i)
-    burners.push_back(std::make_unique<BackgroundProcess>(
-        std::vector<std::string>{workload_binary(), "burn", "30"}));
-  const RunResult r =
-      run_command({sonde_binary(), "run", "--interval", "0.1", "--levels", "process,system",
-                   "--out", (dir / "out").string(), "--summary-json",
-                   (dir / "summary.json").string(), "--", "sleep", "0.6"});
-  for (auto& b : burners) b->kill_and_wait();
+  const RunResult r = run_beside_burners(dir, {"sleep", "0.6"});
   ASSERT_EQ(r.status, 0) << r.describe();
   const nlohmann::json s = read_json(dir / "summary.json");
   ASSERT_TRUE(s.contains("node_cpu_mean_pct")) << s.dump(1);
