@@ -20,14 +20,6 @@ const nlohmann::json* row(const nlohmann::json& c, const std::string& key) {
   return nullptr;
 }
 
-double rusage_cpu(const fs::path& file) {
-  std::ifstream in(file);
-  std::string mode;
-  double cpu = 0, last = 0;
-  while (in >> mode >> cpu) last = cpu;
-  return last;
-}
-
 TEST(Compare, TwoRunsSideBySide) {
   const fs::path dir = scratch_dir();
   const fs::path db = dir / "runs.sqlite";
@@ -75,7 +67,7 @@ TEST(Compare, TwoRunsSideBySide) {
   }
   // And they hold against the workloads' own truth: A's CPU time against its rusage (±3 %),
   // B's memory against the 200 MiB it touched.
-  const double cpu_a = rusage_cpu(dir / "a.rusage");
+  const double cpu_a = workload_rusage_cpu(dir / "a.rusage");
   ASSERT_GT(cpu_a, 0.3);
   EXPECT_NEAR(row(c, "cpu_seconds")->at("a").get<double>(), cpu_a, 0.03 * cpu_a + 0.02);
   EXPECT_NEAR(row(c, "wait4_cpu_s")->at("a").get<double>(), cpu_a, 0.03 * cpu_a + 0.02);

@@ -127,14 +127,8 @@ TEST(GpuRun, WorkloadGetsItsGpuColumnsAndTags) {
   const RunResult rep = run_command(
       {sonde_binary(), "report", r.run.string(), "--uncompressed", "--out", page.string()});
   ASSERT_EQ(rep.status, 0) << rep.describe();
-  std::ifstream in(page);
-  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string open = "<script id=\"sonde-data\" type=\"application/json\">";
-  const auto from = html.find(open);
-  ASSERT_NE(from, std::string::npos);
-  const auto to = html.find("</script>", from);
-  const nlohmann::json data =
-      nlohmann::json::parse(html.substr(from + open.size(), to - from - open.size()));
+  const nlohmann::json data = report_data(page);
+  ASSERT_TRUE(data.is_object()) << "the page embeds its data";
   const auto& groups = data.at("summary").at("levels").at("process").at("groups");
   EXPECT_NEAR(groups.at("gpu_util").at("mean").get<double>(),
               r.summary.at("gpu_util_mean").get<double>(), 0.5);

@@ -247,22 +247,36 @@ INSTANTIATE_TEST_SUITE_P(
 // ---- restarts: a crash is one failure, the wait for the restart none ----
 
 // `sonde run --interval 0.1` with one exec collector (tests/plugins/scripted.sh, whose value is the
-// tick number) started with `args`.
-PluginRun run_scripted(const fs::path& dir, const std::string& args, const std::string& seconds) {
+// tick number) started with `args`, beside `program` (sonde's command).
+PluginRun run_scripted_beside(const fs::path& dir, const std::string& args,
+                              const std::vector<std::string>& program) {
   const fs::path cfg = dir / "plugin.yaml";
   std::ofstream(cfg) << "collectors:\n  crashy:\n    _target_: exec\n    command: ["
                      << (kTestPlugins / "scripted.sh").string() << ", " << args
                      << "]\n    handler: {_target_: ScalarHandler, column: crashy_tick}\n";
+  std::vector<std::string> cmd = {sonde_binary(),
+                                  "run",
+                                  "--quiet",
+                                  "--interval",
+                                  "0.1",
+                                  "--levels",
+                                  "process,system",
+                                  "--config",
+                                  cfg.string(),
+                                  "--out",
+                                  (dir / "out").string(),
+                                  "--"};
+  cmd.insert(cmd.end(), program.begin(), program.end());
   PluginRun r;
-  r.result = run_command({sonde_binary(), "run", "--quiet", "--interval", "0.1", "--levels",
-                          "process,system", "--config", cfg.string(), "--out",
-                          (dir / "out").string(), "--", workload_binary(), "sleep", seconds},
-                         RunOptions{});
+  r.result = run_command(cmd, RunOptions{});
   if (r.result.status != 0) return r;
   const fs::path run = run_dir(dir / "out");
   r.process = read_csv(run / "perf_process.csv");
   r.system = read_csv(run / "perf_system.csv");
   return r;
+}
+PluginRun run_scripted(const fs::path& dir, const std::string& args, const std::string& seconds) {
+  return run_scripted_beside(dir, args, {workload_binary(), "sleep", seconds});
 }
 
 // At 0.1 s a restart 0.5 s after a crash spans 5 ticks: they must not count as failures (before,
@@ -300,7 +314,14 @@ TEST(ProcessPlugins, OneCrashAtATenthOfASecondIsRestartedAndItsRowsResume) {
 // with that reason.
 TEST(ProcessPlugins, RepeatedCrashesEndInDisabledWithTheReason) {
   const auto dir = scratch_dir("exec-crash-loop");
-  const auto r = run_scripted(dir, "--exit-after, 1", "9.5");
+  // The command lives until the 5th child has died, then 2 s more for sonde to see it: however
+  // long the restarts took on this machine (0.5 + 1 + 2 + 4 s of waits, plus each start).
+  const fs::path exits = dir / "exits";
+  const std::string wait_fifth = "i=0; while [ $i -lt 1200 ]; do [ \"$(wc -l < " + exits.string() +
+                                 " 2>/dev/null)\" -ge 5 ] && exec sleep 2; sleep 0.05; "
+                                 "i=$((i+1)); done";
+  const auto r = run_scripted_beside(dir, "--exit-after, 1, --exits-file, " + exits.string(),
+                                     {"/bin/sh", "-c", wait_fifth});
   ASSERT_EQ(r.result.status, 0) << r.result.describe();
   expect_builtins_intact(r);
   const auto v = r.system.numbers("crashy_tick");

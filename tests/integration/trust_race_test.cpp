@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -32,6 +33,12 @@ constexpr int kStarts = 40;
 #else
 constexpr int kStarts = 150;
 #endif
+// A loaded machine (CI's other tests, a busy shared node) may start sonde several times slower:
+// after this long the test stops starting more, once it has made kMinStarts, so that it ends
+// within ctest's 120 s. The check (every start refused, the user's program never run) is the
+// same whatever the count; the count made is in the failure message.
+constexpr double kStartBudgetS = 50;
+constexpr int kMinStarts = 10;
 
 void write(const fs::path& p, const std::string& text, mode_t mode = 0644) {
   std::ofstream(p) << text;
@@ -90,9 +97,12 @@ TEST(TrustRace, SwappedAncestorNeverRunsTheUsersProgramAsRoot) {
     for (;;) ::renameat2(AT_FDCWD, tools.c_str(), AT_FDCWD, decoy.c_str(), RENAME_EXCHANGE);
   }
   const fs::path out = scratch_dir("out");
-  int refused = 0;
+  int refused = 0, starts = 0;
   std::string last_err;
-  for (int i = 0; i < kStarts; ++i) {
+  const auto began = std::chrono::steady_clock::now();
+  for (int i = 0; i < kStarts; ++i, ++starts) {
+    const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - began;
+    if (i >= kMinStarts && spent.count() > kStartBudgetS) break;
     const auto r = run_command(record_system(out / std::to_string(i), cfg), isolated(base));
     EXPECT_EQ(r.status, 0) << r.describe();
     // Refused for the user's directory on the path, or for the user's file when the swap
@@ -111,7 +121,7 @@ TEST(TrustRace, SwappedAncestorNeverRunsTheUsersProgramAsRoot) {
   EXPECT_TRUE(swapping) << "the swapper stopped early";
   EXPECT_FALSE(fs::exists(pwned)) << "the user's program ran as uid " << read_file(pwned);
   // Every start is refused with the reason: the user's directory is on the path.
-  EXPECT_EQ(refused, kStarts) << last_err;
+  EXPECT_EQ(refused, starts) << starts << " starts; the last one said: " << last_err;
 }
 
 // Finding 3: a script whose interpreter lies in a directory others can write is refused naming

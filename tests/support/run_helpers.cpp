@@ -348,6 +348,25 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+double workload_rusage_cpu(const fs::path& file) {
+  std::ifstream in(file);
+  std::string mode;
+  double cpu = 0, last = 0;
+  while (in >> mode >> cpu) last = cpu;
+  return last;
+}
+
+nlohmann::json report_data(const fs::path& html_file) {
+  const std::string html = read_file(html_file);
+  const std::string open = "<script id=\"sonde-data\" type=\"application/json\">";
+  const auto from = html.find(open);
+  if (from == std::string::npos) return nullptr;
+  const auto to = html.find("</script>", from);
+  if (to == std::string::npos) return nullptr;
+  return nlohmann::json::parse(html.substr(from + open.size(), to - from - open.size()), nullptr,
+                               false);
+}
+
 bool CsvTable::has_column(const std::string& name) const {
   return std::find(header.begin(), header.end(), name) != header.end();
 }

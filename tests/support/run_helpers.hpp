@@ -123,6 +123,13 @@ std::string read_file(const fs::path& path);
 std::vector<std::string> lines_of(const std::string& text);
 /// `s` in single quotes for sh -c, a quote inside it closed and reopened.
 std::string shell_quote(const std::string& s);
+/// The CPU seconds (user + system, its own rusage) of the last workload process that wrote
+/// "MODE CPU_SECONDS" to the file SONDE_WORKLOAD_RUSAGE named; 0 when none did.
+double workload_rusage_cpu(const fs::path& file);
+/// The data `sonde report` embeds in its page (summary, manifest, rows): the JSON of its
+/// <script id="sonde-data"> element, or null when the page has none. The page's text also holds
+/// every tag's name in its style sheet, so a tag is looked for here, never in the whole page.
+nlohmann::json report_data(const fs::path& html_file);
 
 /// A CSV file: header and rows of cells (an empty cell is a missing value).
 struct CsvTable {
