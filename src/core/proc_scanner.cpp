@@ -536,6 +536,19 @@ void ProcScanner::find_job_cgroup() {
       }
     }
   }
+  if (lc.minus != LevelCgroup::Minus::none) {
+    // Other processes that are no members (a multi-node head and its srun, on the head's node)
+    // are in the group's account too, and nothing takes their time off: /proc then.
+    const int other = foreign_in_job(
+        lc.group.cpu_dir, lc.minus == LevelCgroup::Minus::group ? lc.minus_group.cpu_dir : "");
+    if (other > 0) {
+      auto it = entries_.find(other);
+      return give_up(fmt::format(
+          "sonde itself runs in the job's cgroup {}, and so does process {} ({}), which is no "
+          "member of the level and whose time could not be taken off",
+          job.path, other, it != entries_.end() ? it->second->comm : std::string("?")));
+    }
+  }
   lc.last = cgroup::read(lc.group);
   if (!lc.last.cpu_s)
     return give_up(fmt::format("the CPU account of the job's cgroup {} is not readable in {}",
@@ -578,6 +591,36 @@ bool ProcScanner::holds_no_member(const std::string& dir) const {
     if (::stat(sub.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && !holds_no_member(sub)) return false;
   }
   return true;
+}
+
+int ProcScanner::foreign_in_job(const std::string& dir, const std::string& skip) const {
+  if (!skip.empty() && dir == skip) return 0;
+  const auto slurm_bit = static_cast<std::uint8_t>(1u << level_index(Level::slurm));
+  if (auto procs = read_file(dir + "/cgroup.procs")) {
+    std::size_t pos = 0;
+    while (pos < procs->size()) {
+      std::size_t eol = procs->find('\n', pos);
+      if (eol == std::string::npos) eol = procs->size();
+      const int pid = std::atoi(procs->c_str() + pos);
+      pos = eol + 1;
+      if (pid <= 0 || pid == ::getpid() || pid == target_.exclude_pid) continue;
+      auto it = entries_.find(pid);
+      // Born since the listing: a process of the job, most likely (the next scans see it).
+      if (it == entries_.end()) continue;
+      const Entry& e = *it->second;
+      if (e.ppid == target_.exclude_pid || (e.level_mask & slurm_bit) != 0) continue;
+      return pid;
+    }
+  }
+  auto names = list_dir(dir);
+  if (!names) return 0;
+  for (const std::string& n : *names) {
+    struct stat st {};
+    const std::string sub = dir + "/" + n;
+    if (::stat(sub.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      if (const int pid = foreign_in_job(sub, skip); pid > 0) return pid;
+  }
+  return 0;
 }
 
 bool ProcScanner::read_level_cgroup(LevelCgroup& c, CgroupDelta& d) const {

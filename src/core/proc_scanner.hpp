@@ -259,6 +259,11 @@ class ProcScanner {
   /// Whether the cgroup directory `dir` (and those below it) holds only sonde and processes that
   /// are no member of the slurm level.
   bool holds_no_member(const std::string& dir) const;
+  /// A process in the cgroup directory `dir` or below it, outside `skip` (the agent's own cgroup,
+  /// whose account is taken off; "" for none), that is neither sonde (nor its helper children)
+  /// nor a member of the slurm level (a multi-node head, its srun): its time would be counted in
+  /// the level. 0 when there is none.
+  int foreign_in_job(const std::string& dir, const std::string& skip) const;
   std::array<LevelCgroup, kNumLevels> cgroups_;
   void read_cgroups();
   /// The slurm level's job cgroup, looked for until found or found unusable (see

@@ -1078,10 +1078,11 @@ agent_case() {
     "$cg/step_0" "$WORKLOAD" "$DIR/done_$1" &
   pid=$!
   # The agent ends when its stdin does: 0.3 s after the job (however long a loaded machine takes).
+  # The agent's parent (its rusage) stays outside the job's cgroup, as slurmstepd does.
   { until [ -e "$DIR/done_$1" ]; do sleep 0.1; done; sleep 0.3; } |
-    SONDE_AGENT_OF_JOB=$1 SONDE_WORKLOAD_RUSAGE="$DIR/agent_$1.rusage" \
-    sh -c 'echo $$ > "$1/cgroup.procs" && exec "$2" reap "$3" agent --job "$4" --interval 0.05 \
-      --duration 120 --end-on-stdin-eof' agent "$cg/$2" "$WORKLOAD" "$SONDE" "$1" \
+    SONDE_AGENT_OF_JOB=$1 SONDE_WORKLOAD_RUSAGE="$DIR/agent_$1.rusage" "$WORKLOAD" reap \
+    sh -c 'echo $$ > "$1/cgroup.procs" && exec "$2" agent --job "$3" --interval 0.05 \
+      --duration 120 --end-on-stdin-eof' agent "$cg/$2" "$SONDE" "$1" \
     > "$DIR/agent_$1.jsonl"
   wait "$pid"
   cat "$cg/cpuacct.usage" > "$DIR/job_$1_usage"

@@ -504,6 +504,38 @@ TEST(ProcScanner, AgentInsideTheJobsCgroupIsLeftOutV2) {
   }
 }
 
+// On the head's node of a multi-node run the head itself (exclude_single_pid) runs in the job's
+// cgroup too, beside the batch script: its time cannot be taken off, so the level stays on /proc.
+TEST(ProcScanner, AgentBesideAnotherNonMemberKeepsTheSlurmLevelOnProc) {
+  FakeProc proc;
+  const fs::path sys = fs::path(proc.path()) / "sys";
+  const fs::path job = sys / "fs/cgroup/system.slice/slurmstepd.scope/job_77";
+  fs::create_directories(job / "step_batch/user/task_0");
+  fs::create_directories(job / "step_1/user/task_0");
+  fs::create_directories(fs::path(proc.path()) / "self");
+  std::ofstream(fs::path(proc.path()) / "self/mountinfo")
+      << "32 22 0:27 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+  const std::string agent_cg = "0::/system.slice/slurmstepd.scope/job_77/step_1/user/task_0\n";
+  const std::string batch_cg = "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n";
+  std::ofstream(fs::path(proc.path()) / "self/cgroup") << agent_cg;
+  for (const fs::path& d : {job, job / "step_1/user/task_0"})
+    std::ofstream(d / "cpu.stat") << "usage_usec 1000\nuser_usec 1000\nsystem_usec 0\n";
+  proc.write({.pid = 100, .ppid = 1, .comm = "batch", .uid = 1000, .cgroup = batch_cg});
+  proc.write({.pid = 600, .ppid = 100, .comm = "sonde-head", .uid = 1000, .cgroup = batch_cg});
+  proc.write({.pid = 500, .ppid = 1, .comm = "sonde", .uid = 1000, .cgroup = agent_cg});
+  std::ofstream(job / "step_batch/user/task_0/cgroup.procs") << "100\n600\n";
+  std::ofstream(job / "step_1/user/task_0/cgroup.procs") << "500\n";
+  TargetInfo target{
+      .pid = 0, .uid = 1000, .slurm_job = "77", .exclude_pid = 500, .exclude_single_pid = 600};
+  ProcScanner scanner({.proc = proc.path(), .sys = sys.string()}, target,
+                      {false, false, true, true}, {});
+  const auto& s = scanner.scan(1000.0);
+  EXPECT_EQ(members(s, Level::slurm), (std::vector<int>{100}));
+  EXPECT_FALSE(scanner.level_cgroup(Level::slurm));
+  EXPECT_NE(scanner.job_cgroup_not_used().find("process 600 (sonde-head)"), std::string::npos)
+      << scanner.job_cgroup_not_used();
+}
+
 // Where the node has no Slurm cgroups, or --no-cgroup: the slurm level comes from /proc and the
 // scanner says why.
 TEST(ProcScanner, SlurmLevelWithoutJobCgroupsSaysWhy) {
