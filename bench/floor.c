@@ -16,12 +16,14 @@
  *         cpu_us_per_pid=29.13 wall_us_per_tick=31890.2 late_ticks=0
  *
  * Usage: floor [--ticks N] [--interval S] [--warmup N] [--once]
- *              [--with-system-files] [--read-to-eof] [--times FILE]
+ *              [--with-system-files] [--read-to-eof] [--stat-only] [--times FILE]
  *   --once               one tick, no warm-up: the cost of a one-shot scan
  *   --with-system-files  also read /proc/stat, /proc/meminfo, /proc/diskstats
  *                        and /proc/net/dev each tick (what a system level adds)
  *   --read-to-eof        read each file until read(2) returns 0 (stdio-style),
  *                        instead of a single read
+ *   --stat-only          read only /proc/<pid>/stat of every pid (the least a
+ *                        per-process path reads: bench/run_cgroup)
  *   --times FILE         after the run, write the CLOCK_MONOTONIC start time of
  *                        every tick (warm-up included), one per line in seconds,
  *                        to FILE (kept in memory while running: sampling fidelity)
@@ -43,6 +45,7 @@ static const char* const system_files[] = {"/proc/stat", "/proc/meminfo", "/proc
                                            "/proc/net/dev"};
 
 static int read_to_eof = 0;
+static size_t per_pid_count = sizeof per_pid_files / sizeof *per_pid_files;
 static char buf[4096];
 
 static long read_file(const char* path) {
@@ -83,7 +86,7 @@ static long tick(int with_system, long* files) {
   while ((e = readdir(d)) != NULL) {
     if (!is_pid_name(e->d_name)) continue;
     ++pids;
-    for (size_t i = 0; i < sizeof per_pid_files / sizeof *per_pid_files; ++i) {
+    for (size_t i = 0; i < per_pid_count; ++i) {
       snprintf(path, sizeof path, "/proc/%s/%s", e->d_name, per_pid_files[i]);
       if (read_file(path) >= 0) ++*files;
     }
@@ -108,7 +111,7 @@ static double mono_us(void) {
 static void usage(void) {
   fprintf(stderr,
           "usage: floor [--ticks N] [--interval S] [--warmup N] [--once] "
-          "[--with-system-files] [--read-to-eof] [--times FILE]\n");
+          "[--with-system-files] [--read-to-eof] [--stat-only] [--times FILE]\n");
   exit(2);
 }
 
@@ -131,6 +134,8 @@ int main(int argc, char** argv) {
       with_system = 1;
     else if (!strcmp(a, "--read-to-eof"))
       read_to_eof = 1;
+    else if (!strcmp(a, "--stat-only"))
+      per_pid_count = 1; /* per_pid_files[0] is "stat" */
     else if (!strcmp(a, "--times") && i + 1 < argc)
       times_path = argv[++i];
     else

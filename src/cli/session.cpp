@@ -166,38 +166,6 @@ pid_t spawn_command(const std::vector<std::string>& command, const SignalGuard& 
   return child;
 }
 
-/// Where each level's CPU and memory figures come from, for the manifest: at the start, and at
-/// the end with what changed (the slurm level's job cgroup, found at the first scan that saw a
-/// member in it; a level whose member left its cgroup).
-nlohmann::json level_sources(const Engine& engine, const std::string& no_cgroup_why) {
-  const ProcScanner& scanner = engine.scanner();
-  nlohmann::json out = nlohmann::json::object();
-  for (Level l : engine.levels()) {
-    nlohmann::json s;
-    const cgroup::Group& group = scanner.level_cgroup(l);
-    if (l == Level::system) {
-      s["cpu"] = "/proc/stat";
-      s["memory"] = "/proc/meminfo";
-    } else if (group) {
-      s["cpu"] = fmt::format("cgroup v{} {} ({})", group.version, group.path,
-                             group.version == 1 ? "cpuacct.usage_percpu" : "cpu.stat usage_usec");
-      s["cgroup"] = group.path;
-      s["cgroup_version"] = group.version;
-      s["memory"] = "Pss of the members (/proc/<pid>/smaps_rollup)";
-      if (const std::string& left = scanner.level_cgroup_left(l); !left.empty())
-        s["cgroup_left"] = left;
-    } else {
-      s["cpu"] = "the members' /proc/<pid>/stat, wait4 of those sonde reaps";
-      s["memory"] = "Pss of the members (/proc/<pid>/smaps_rollup)";
-      if (l == Level::process && !no_cgroup_why.empty()) s["cgroup_not_used"] = no_cgroup_why;
-      if (l == Level::slurm && !scanner.job_cgroup_not_used().empty())
-        s["cgroup_not_used"] = scanner.job_cgroup_not_used();
-    }
-    out[std::string(level_name(l))] = std::move(s);
-  }
-  return out;
-}
-
 /// sonde may raise its own sampling thread's priority when permitted (never another process's);
 /// the command was started before, with the priority sonde was given. What happened goes into the
 /// manifest.
@@ -426,7 +394,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     }
     if (run_group)
       engine.scanner().set_level_cgroup(Level::process, run_group->group(), std::move(baseline));
-    start.level_sources = level_sources(engine, no_cgroup_why);
+    start.level_sources = level_sources_json(engine, no_cgroup_why);
     engine.set_target_pid(child);
     // sonde started the command: everything it and its descendants do is in scope, from the start.
     engine.scanner().set_count_from(spawned_at);
@@ -494,7 +462,7 @@ int run_session(const CommonOptions& common, const SessionOptions& so) {
     if (const std::string& left = engine.scanner().level_cgroup_left(l); !left.empty())
       std::cerr << "sonde: warning: " << left << ": the " << level_name(l)
                 << " level's CPU comes from /proc from then on\n";
-  nlohmann::json final_sources = level_sources(engine, no_cgroup_why);
+  nlohmann::json final_sources = level_sources_json(engine, no_cgroup_why);
   outcome.command = so.command;
   if (!target_command.empty()) {
     outcome.target_command = target_command;

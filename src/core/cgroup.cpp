@@ -114,6 +114,74 @@ std::optional<std::uint64_t> mapped_memory(std::string_view memory_stat, int ver
   return *anon + *mapped;
 }
 
+namespace {
+
+// Calls f(line's fields) for each non-empty line, fields split on blanks; stops at false.
+template <class F>
+bool each_line_fields(std::string_view text, F&& f) {
+  std::size_t pos = 0;
+  std::vector<std::string_view> fields;
+  while (pos < text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    const std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    fields.clear();
+    std::size_t i = 0;
+    while (i < line.size()) {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+      std::size_t j = i;
+      while (j < line.size() && line[j] != ' ' && line[j] != '\t') ++j;
+      if (j > i) fields.push_back(line.substr(i, j - i));
+      i = j;
+    }
+    if (!fields.empty() && !f(fields)) return false;
+  }
+  return true;
+}
+
+bool is_device(std::string_view s) {
+  const auto colon = s.find(':');
+  return colon != std::string_view::npos && to_u64(s.substr(0, colon)) &&
+         to_u64(s.substr(colon + 1));
+}
+
+}  // namespace
+
+std::optional<BlockIo> parse_blkio_service_bytes(std::string_view text) {
+  BlockIo io;
+  const bool ok = each_line_fields(text, [&](const std::vector<std::string_view>& f) {
+    if (f.size() == 2 && f[0] == "Total") return to_u64(f[1]).has_value();  // the sum of Totals
+    if (f.size() != 3 || !is_device(f[0])) return false;
+    const auto v = to_u64(f[2]);
+    if (!v) return false;
+    if (f[1] == "Read") io.read_bytes += *v;
+    if (f[1] == "Write") io.write_bytes += *v;
+    return true;  // Sync, Async, Discard, Total: other cuts of the same bytes
+  });
+  if (!ok) return std::nullopt;
+  return io;
+}
+
+std::optional<BlockIo> parse_io_stat(std::string_view text) {
+  BlockIo io;
+  const bool ok = each_line_fields(text, [&](const std::vector<std::string_view>& f) {
+    if (!is_device(f[0])) return false;
+    for (std::size_t i = 1; i < f.size(); ++i) {
+      const auto eq = f[i].find('=');
+      if (eq == std::string_view::npos) return false;
+      const std::string_view key = f[i].substr(0, eq);
+      if (key != "rbytes" && key != "wbytes") continue;
+      const auto v = to_u64(f[i].substr(eq + 1));
+      if (!v) return false;
+      (key == "rbytes" ? io.read_bytes : io.write_bytes) += *v;
+    }
+    return true;
+  });
+  if (!ok) return std::nullopt;
+  return io;
+}
+
 Reading read(const Group& g) {
   Reading r;
   if (!g) return r;

@@ -68,6 +68,22 @@ std::optional<std::uint64_t> stat_value(std::string_view text, std::string_view 
 /// memory.stat: the mapped memory (see Reading::memory_bytes) of a v1 or v2 group.
 std::optional<std::uint64_t> mapped_memory(std::string_view memory_stat, int version);
 
+/// A group's block I/O: bytes its members' bios moved to and from block devices, summed over
+/// devices. Not a level's io_read/io_write (docs/accuracy.md, "I/O"): v1 counts a group's bios
+/// only on a device with a throttle limit set and charges buffered writeback to the root group;
+/// v2 counts a write when it is written back, not when the page is dirtied.
+struct BlockIo {
+  std::uint64_t read_bytes = 0;
+  std::uint64_t write_bytes = 0;
+};
+/// v1 blkio.throttle.io_service_bytes (or its _recursive twin): the "<maj:min> Read" and
+/// "<maj:min> Write" rows summed over devices; each device's "Total" row and the last line's
+/// "Total" repeat them and are left out. nullopt for text of another shape.
+std::optional<BlockIo> parse_blkio_service_bytes(std::string_view text);
+/// v2 io.stat: rbytes and wbytes summed over the devices' lines. nullopt for text of another
+/// shape.
+std::optional<BlockIo> parse_io_stat(std::string_view text);
+
 /// The cgroup `sonde run` makes for its command below sonde's own cgroup, in the cpuacct and
 /// memory hierarchies (v1) or the unified one (v2). The command enters it between fork and exec
 /// (SpawnOptions::cgroup_procs), so that every nanosecond it and its descendants run is charged

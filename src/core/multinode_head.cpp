@@ -41,6 +41,7 @@ struct Head::Node {
   bool ended = false;  // sent its end line
   std::string end_reason;
   nlohmann::json node_info = nlohmann::json::object();
+  nlohmann::json level_sources;  ///< from its end line: where its levels' figures came from
   std::array<std::vector<std::string>, kNumLevels> columns;
   std::array<std::unordered_map<std::string, std::size_t>, kNumLevels> index;
   std::array<bool, kNumLevels> has{};
@@ -372,6 +373,13 @@ void Head::handle(Message& m) {
   } else if (status == "end") {
     n.ended = true;
     n.end_reason = printable(doc.value("reason", std::string()));
+    // Where the node's levels came from (the job's cgroup, less the agent's own time): into the
+    // manifest as the node said it, bounded like its node_info.
+    if (auto ls = doc.find("level_sources");
+        ls != doc.end() && ls->is_object() && json_text(*ls).size() <= kMaxNodeInfoBytes) {
+      n.level_sources = *ls;
+      manifest_dirty_ = true;
+    }
   } else if (status == "error") {
     if (n.status == "starting" || n.status == "running")
       set_status(n, "failed",
@@ -605,6 +613,7 @@ nlohmann::json Head::nodes_json() const {
          {"task", n->task},
          {"head", !opts_.head_host.empty() && n->name == opts_.head_host},
          {"node_info", n->node_info},
+         {"level_sources", n->level_sources},
          {"clock_offset_s", n->offset ? nlohmann::json(*n->offset) : nlohmann::json()},
          {"status", n->status},
          {"reason", n->reason},

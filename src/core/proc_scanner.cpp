@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,6 +137,18 @@ procfs::PidIo io_delta(const procfs::PidIo& cur, const procfs::PidIo& prev) {
   r.write_bytes = d(cur.write_bytes, prev.write_bytes);
   r.cancelled_write_bytes = d(cur.cancelled_write_bytes, prev.cancelled_write_bytes);
   return r;
+}
+
+// sonde's own CPU time: every thread of it, and the children it reaped (its helpers), in µs.
+double own_cpu_s() {
+  double s = 0;
+  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+    rusage ru{};
+    if (::getrusage(who, &ru) != 0) continue;
+    s += static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+  }
+  return s;
 }
 
 }  // namespace
@@ -482,27 +495,187 @@ void ProcScanner::find_job_cgroup() {
                     job.path));
   }
   // An agent leaves itself out of the job (target_.exclude_pid) but runs in the job's cgroup
-  // when srun started it there: the group's account would hold its time.
+  // when srun started it there: the group's account holds its time, which is taken off. Where
+  // the agent has a cgroup of its own below the job's (its step's or task's, as srun makes one
+  // per step) that holds no member of the level, that cgroup's account is taken off (exact, per
+  // CPU on v1; sonde's helper children included); else sonde's own CPU time (getrusage of
+  // itself and the helper children it reaped, µs), read with the group's account.
+  LevelCgroup lc;
+  lc.group = std::move(g);
   if (target_.exclude_pid > 0) {
-    if (auto self = read_file(roots_.proc + "/self/cgroup");
-        self && slurm_job_from_cgroup(*self) == target_.slurm_job)
-      return give_up("sonde itself runs in the job's cgroup " + job.path +
-                     " and is no member of the level");
+    auto self = read_file(roots_.proc + "/self/cgroup");
+    if (self && slurm_job_from_cgroup(*self) == target_.slurm_job) {
+      std::string own;  // sonde's cgroup path in the hierarchy of the job's account
+      if (auto entries = procfs::parse_pid_cgroup(*self)) {
+        for (const auto& e : *entries) {
+          const bool v2 = e.hierarchy_id == 0 && e.controllers.empty();
+          const bool cpuacct = std::find(e.controllers.begin(), e.controllers.end(), "cpuacct") !=
+                               e.controllers.end();
+          if (lc.group.version == 2 ? v2 : cpuacct) own = e.path;
+        }
+      }
+      const std::string& jp = lc.group.path;
+      if (own.size() > jp.size() && own.starts_with(jp) && own[jp.size()] == '/') {
+        const std::string dir = lc.group.cpu_dir + own.substr(jp.size());
+        if (holds_no_member(dir)) {
+          lc.minus = LevelCgroup::Minus::group;
+          lc.minus_group = {lc.group.version, own, dir, {}};
+          lc.minus_what = fmt::format(
+              "sonde's own cgroup {} (it runs inside the job's cgroup; its cgroup holds no "
+              "member of the level)",
+              own);
+        }
+      }
+      if (lc.minus == LevelCgroup::Minus::none) {
+        lc.minus = LevelCgroup::Minus::self;
+        lc.minus_what = fmt::format(
+            "sonde's own CPU time (getrusage of itself and its reaped children, µs, read with "
+            "the group's account: it runs inside the job's cgroup, {})",
+            own.empty() || own == jp ? "in the job's cgroup itself"
+                                     : own + " holds members of the level");
+      }
+    }
   }
-  cgroup::Reading baseline = cgroup::read(g);
-  if (!baseline.cpu_s)
+  if (lc.minus != LevelCgroup::Minus::none) {
+    // Other processes that are no members (a multi-node head and its srun, on the head's node)
+    // are in the group's account too, and nothing takes their time off: /proc then.
+    const int other = foreign_in_job(
+        lc.group.cpu_dir, lc.minus == LevelCgroup::Minus::group ? lc.minus_group.cpu_dir : "");
+    if (other > 0) {
+      auto it = entries_.find(other);
+      return give_up(fmt::format(
+          "sonde itself runs in the job's cgroup {}, and so does process {} ({}), which is no "
+          "member of the level and whose time could not be taken off",
+          job.path, other, it != entries_.end() ? it->second->comm : std::string("?")));
+    }
+  }
+  lc.last = cgroup::read(lc.group);
+  if (!lc.last.cpu_s)
     return give_up(fmt::format("the CPU account of the job's cgroup {} is not readable in {}",
-                               job.path, g.cpu_dir));
+                               job.path, lc.group.cpu_dir));
+  if (lc.minus == LevelCgroup::Minus::group) {
+    lc.minus_last = cgroup::read(lc.minus_group);
+    if (!lc.minus_last.cpu_s)
+      return give_up(
+          fmt::format("sonde runs inside the job's cgroup and the CPU account of its "
+                      "own cgroup {} is not readable",
+                      lc.minus_group.path));
+  } else if (lc.minus == LevelCgroup::Minus::self) {
+    lc.self_last_s = own_cpu_s();
+  }
   job_cgroup_done_ = true;
-  set_level_cgroup(Level::slurm, std::move(g), std::move(baseline));
+  cgroups_[si] = std::move(lc);
+}
+
+bool ProcScanner::holds_no_member(const std::string& dir) const {
+  const auto slurm_bit = static_cast<std::uint8_t>(1u << level_index(Level::slurm));
+  auto procs = read_file(dir + "/cgroup.procs");
+  if (!procs) return false;
+  std::size_t pos = 0;
+  while (pos < procs->size()) {
+    std::size_t eol = procs->find('\n', pos);
+    if (eol == std::string::npos) eol = procs->size();
+    const int pid = std::atoi(procs->c_str() + pos);
+    pos = eol + 1;
+    if (pid <= 0 || pid == ::getpid()) continue;
+    // A process the scan does not know yet may be a member: not sonde's alone.
+    auto it = entries_.find(pid);
+    if (it == entries_.end() || (it->second->level_mask & slurm_bit) != 0) return false;
+  }
+  // Groups below it (a step's task cgroups).
+  auto names = list_dir(dir);
+  if (!names) return false;
+  for (const std::string& n : *names) {
+    struct stat st {};
+    const std::string sub = dir + "/" + n;
+    if (::stat(sub.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && !holds_no_member(sub)) return false;
+  }
+  return true;
+}
+
+int ProcScanner::foreign_in_job(const std::string& dir, const std::string& skip) const {
+  if (!skip.empty() && dir == skip) return 0;
+  const auto slurm_bit = static_cast<std::uint8_t>(1u << level_index(Level::slurm));
+  if (auto procs = read_file(dir + "/cgroup.procs")) {
+    std::size_t pos = 0;
+    while (pos < procs->size()) {
+      std::size_t eol = procs->find('\n', pos);
+      if (eol == std::string::npos) eol = procs->size();
+      const int pid = std::atoi(procs->c_str() + pos);
+      pos = eol + 1;
+      if (pid <= 0 || pid == ::getpid() || pid == target_.exclude_pid) continue;
+      auto it = entries_.find(pid);
+      // Born since the listing: a process of the job, most likely (the next scans see it).
+      if (it == entries_.end()) continue;
+      const Entry& e = *it->second;
+      if (e.ppid == target_.exclude_pid || (e.level_mask & slurm_bit) != 0) continue;
+      return pid;
+    }
+  }
+  auto names = list_dir(dir);
+  if (!names) return 0;
+  for (const std::string& n : *names) {
+    struct stat st {};
+    const std::string sub = dir + "/" + n;
+    if (::stat(sub.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      if (const int pid = foreign_in_job(sub, skip); pid > 0) return pid;
+  }
+  return 0;
+}
+
+bool ProcScanner::read_level_cgroup(LevelCgroup& c, CgroupDelta& d) const {
+  cgroup::Reading now = cgroup::read(c.group);
+  // sonde's own time right after the group's, so that what it runs between the two reads is
+  // never counted twice (both are running totals).
+  const double self_now = c.minus == LevelCgroup::Minus::self ? own_cpu_s() : 0.0;
+  cgroup::Reading minus_now;
+  if (c.minus == LevelCgroup::Minus::group) minus_now = cgroup::read(c.minus_group);
+  d.memory_bytes = now.memory_bytes;
+  if (!now.cpu_s || (c.minus == LevelCgroup::Minus::group && !minus_now.cpu_s)) return false;
+  if (!c.last.cpu_s || (c.minus == LevelCgroup::Minus::group && !c.minus_last.cpu_s)) {
+    c.last = std::move(now);  // no baseline yet: this reading is the baseline
+    c.minus_last = std::move(minus_now);
+    c.self_last_s = self_now;
+    return false;
+  }
+  double minus_s = 0;
+  std::vector<double> minus_by_id;
+  if (c.minus == LevelCgroup::Minus::group) {
+    minus_s = *minus_now.cpu_s - *c.minus_last.cpu_s;
+    if (minus_now.cpu_s_by_id.size() == c.minus_last.cpu_s_by_id.size()) {
+      minus_by_id.resize(minus_now.cpu_s_by_id.size());
+      for (std::size_t i = 0; i < minus_by_id.size(); ++i)
+        minus_by_id[i] = minus_now.cpu_s_by_id[i] - c.minus_last.cpu_s_by_id[i];
+    }
+  } else if (c.minus == LevelCgroup::Minus::self) {
+    minus_s = self_now - c.self_last_s;
+  }
+  d.valid = true;
+  d.cpu_s = std::max(0.0, *now.cpu_s - *c.last.cpu_s - std::max(0.0, minus_s));
+  // Per CPU id where the kernel keeps it (v1), less the agent's own group's per CPU; sonde's own
+  // time (getrusage) has no per-CPU split: the members' reads then split the total.
+  const bool per_cpu =
+      c.minus == LevelCgroup::Minus::none ||
+      (c.minus == LevelCgroup::Minus::group && minus_by_id.size() == now.cpu_s_by_id.size());
+  if (per_cpu && !now.cpu_s_by_id.empty() && now.cpu_s_by_id.size() == c.last.cpu_s_by_id.size()) {
+    d.cpu_s_by_id.resize(now.cpu_s_by_id.size());
+    for (std::size_t i = 0; i < now.cpu_s_by_id.size(); ++i)
+      d.cpu_s_by_id[i] =
+          std::max(0.0, now.cpu_s_by_id[i] - c.last.cpu_s_by_id[i] -
+                            (minus_by_id.empty() ? 0.0 : std::max(0.0, minus_by_id[i])));
+  }
+  c.last = std::move(now);
+  if (c.minus == LevelCgroup::Minus::group) c.minus_last = std::move(minus_now);
+  if (c.minus == LevelCgroup::Minus::self) c.self_last_s = self_now;
+  return true;
 }
 
 void ProcScanner::read_cgroup_tail() {
   for (LevelCgroup& c : cgroups_) {
     c.tail_s = 0;
     if (!c.group || !c.left.empty()) continue;
-    const cgroup::Reading now = cgroup::read(c.group);
-    if (now.cpu_s && c.last.cpu_s) c.tail_s = std::max(0.0, *now.cpu_s - *c.last.cpu_s);
+    CgroupDelta d;
+    if (read_level_cgroup(c, d)) c.tail_s = d.cpu_s;
   }
 }
 
@@ -554,19 +727,8 @@ void ProcScanner::read_cgroups() {
       }
       if (!c.left.empty()) continue;
     }
-    cgroup::Reading now = cgroup::read(c.group);
-    if (now.cpu_s && c.last.cpu_s) {
-      d.valid = true;
-      d.cpu_s = std::max(0.0, *now.cpu_s - *c.last.cpu_s);
-      if (!now.cpu_s_by_id.empty() && now.cpu_s_by_id.size() == c.last.cpu_s_by_id.size()) {
-        d.cpu_s_by_id.resize(now.cpu_s_by_id.size());
-        for (std::size_t i = 0; i < now.cpu_s_by_id.size(); ++i)
-          d.cpu_s_by_id[i] = std::max(0.0, now.cpu_s_by_id[i] - c.last.cpu_s_by_id[i]);
-      }
-    }
-    d.memory_bytes = now.memory_bytes;
     // A failed read keeps the last good baseline: the next good read covers both intervals.
-    if (now.cpu_s) c.last = std::move(now);
+    (void)read_level_cgroup(c, d);
   }
 }
 

@@ -173,6 +173,17 @@ class ProcScanner {
   /// Why the slurm level's figures do not come from the job's cgroup ("" while they do, or while
   /// no member has been seen yet).
   const std::string& job_cgroup_not_used() const { return job_cgroup_why_not_; }
+  /// What is taken off the level's cgroup account because it is no member's ("" when nothing):
+  /// sonde's own time, when an agent runs inside the job's cgroup (see find_job_cgroup).
+  const std::string& level_cgroup_minus(Level l) const {
+    return cgroups_[level_index(l)].minus_what;
+  }
+  /// Whether the level's CPU per core comes from its cgroup (v1 cpuacct.usage_percpu, less the
+  /// agent's own group's), not from the members' reads splitting the group's total.
+  bool level_cgroup_per_cpu(Level l) const {
+    const LevelCgroup& c = cgroups_[level_index(l)];
+    return c.group.version == 1 && c.minus != LevelCgroup::Minus::self;
+  }
   /// After the last scan, once the command is reaped: reads each active cgroup again; what it ran
   /// since that scan (the command's exit) is in no row, and the summary counts it.
   void read_cgroup_tail();
@@ -232,7 +243,27 @@ class ProcScanner {
     cgroup::Reading last;
     std::string left;   ///< set once a member is seen outside the group
     double tail_s = 0;  ///< read_cgroup_tail
+    /// Time in the group that is no member's: an agent inside the job's cgroup. `group`: the
+    /// agent's own cgroup below the job's, which holds no member of the level (its account,
+    /// per CPU on v1); `self`: sonde's own CPU time (getrusage, µs), read with the group's.
+    enum class Minus { none, group, self } minus = Minus::none;
+    cgroup::Group minus_group;
+    cgroup::Reading minus_last;
+    double self_last_s = 0;
+    std::string minus_what;  ///< for the manifest
   };
+  /// The level's cgroup account and what it leaves out, read now: the CPU delta since `c.last`
+  /// (and its minus) into `d`, the readings kept for the next. False when a read failed (the
+  /// last good baselines are kept: the next good read covers both intervals).
+  bool read_level_cgroup(LevelCgroup& c, CgroupDelta& d) const;
+  /// Whether the cgroup directory `dir` (and those below it) holds only sonde and processes that
+  /// are no member of the slurm level.
+  bool holds_no_member(const std::string& dir) const;
+  /// A process in the cgroup directory `dir` or below it, outside `skip` (the agent's own cgroup,
+  /// whose account is taken off; "" for none), that is neither sonde (nor its helper children)
+  /// nor a member of the slurm level (a multi-node head, its srun): its time would be counted in
+  /// the level. 0 when there is none.
+  int foreign_in_job(const std::string& dir, const std::string& skip) const;
   std::array<LevelCgroup, kNumLevels> cgroups_;
   void read_cgroups();
   /// The slurm level's job cgroup, looked for until found or found unusable (see

@@ -37,6 +37,49 @@ nlohmann::json levels_json(const Engine& engine) {
   return j;
 }
 
+nlohmann::json level_sources_json(const Engine& engine, const std::string& no_cgroup_why) {
+  const ProcScanner& scanner = engine.scanner();
+  nlohmann::json out = nlohmann::json::object();
+  for (Level l : engine.levels()) {
+    nlohmann::json s;
+    const cgroup::Group& group = scanner.level_cgroup(l);
+    if (l == Level::system) {
+      s["cpu"] = "/proc/stat";
+      s["memory"] = "/proc/meminfo";
+      s["io"] = "/proc/diskstats (whole physical disks)";
+    } else if (group) {
+      const std::string& minus = scanner.level_cgroup_minus(l);
+      const bool per_cpu = scanner.level_cgroup_per_cpu(l);
+      s["cpu"] =
+          fmt::format("cgroup v{} {} ({}){}", group.version, group.path,
+                      group.version == 1 ? (per_cpu ? "cpuacct.usage_percpu" : "cpuacct.usage")
+                                         : "cpu.stat usage_usec",
+                      minus.empty() ? "" : ", less " + minus);
+      s["cgroup"] = group.path;
+      s["cgroup_version"] = group.version;
+      if (!minus.empty()) s["cgroup_minus"] = minus;
+      s["memory"] = "Pss of the members (/proc/<pid>/smaps_rollup)";
+      // The group's block I/O is not the columns' (docs/accuracy.md, "I/O"): v1 blkio counts a
+      // group's bios only on a device with a throttle limit set and charges buffered writeback
+      // to the root group; v2 io.stat counts writes at writeback, not when they are dirtied.
+      s["io"] =
+          "the members' /proc/<pid>/io (the cgroup's blkio/io.stat counts block I/O at "
+          "another point: docs/accuracy.md)";
+      if (const std::string& left = scanner.level_cgroup_left(l); !left.empty())
+        s["cgroup_left"] = left;
+    } else {
+      s["cpu"] = "the members' /proc/<pid>/stat, wait4 of those sonde reaps";
+      s["memory"] = "Pss of the members (/proc/<pid>/smaps_rollup)";
+      s["io"] = "the members' /proc/<pid>/io";
+      if (l == Level::process && !no_cgroup_why.empty()) s["cgroup_not_used"] = no_cgroup_why;
+      if (l == Level::slurm && !scanner.job_cgroup_not_used().empty())
+        s["cgroup_not_used"] = scanner.job_cgroup_not_used();
+    }
+    out[std::string(level_name(l))] = std::move(s);
+  }
+  return out;
+}
+
 nlohmann::json node_info_json(const Engine& engine) {
   const NodeInfo& n = engine.node_info();
   nlohmann::json j;

@@ -29,6 +29,13 @@ nlohmann::json node_info_json(const Engine& engine);
 /// The active levels' names.
 nlohmann::json levels_json(const Engine& engine);
 
+/// Where each level's CPU, memory and I/O figures come from (the manifest's `level_sources`, the
+/// agent's end line): at the start, and at the end with what changed (the slurm level's job
+/// cgroup, found at the first scan that saw a member in it; a level whose member left its
+/// cgroup). `no_cgroup_why`: why `sonde run` made no cgroup for the process level ("" if it did
+/// or was not asked to).
+nlohmann::json level_sources_json(const Engine& engine, const std::string& no_cgroup_why);
+
 /// The end of a run in its manifest: end_wallclock, exit_status (null when unknown), complete,
 /// ticks, ticks_missed and summary.
 void set_manifest_end(nlohmann::json& manifest, double end_wallclock, const RunOutcome& outcome,

@@ -49,6 +49,9 @@ class Agent final : public AgentSink {
     j["reason"] = reason_;
     j["rows"] = rows_;
     j["ticks_missed"] = end.ticks_missed;
+    // Where each level's figures came from (the slurm level: the job's cgroup, less the agent's
+    // own time when it runs inside it; or why not).
+    j["level_sources"] = level_sources_json(engine_, "");
     j["monotonic"] = monotonic_now();
     j["wallclock"] = wallclock_now();
     (void)stream_.emit(json_text(j) + "\n");

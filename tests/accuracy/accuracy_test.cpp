@@ -1021,5 +1021,113 @@ cat "$step/../cpuacct.usage" > "$DIR/job_usage"
       truth, rusage_sum, totals(run, "slurm").cpu_core_s, totals(proc, "slurm").cpu_core_s);
 }
 
+// What an agent's slurm rows add up to (its JSON lines on stdout: a sample per level and tick),
+// and its end line. The first row is left out: its interval starts at a tick the agent does not
+// write (the job sleeps through it).
+struct AgentRun {
+  double slurm_core_s = 0;
+  std::size_t rows = 0;
+  nlohmann::json end;
+};
+
+AgentRun read_agent_lines(const fs::path& file) {
+  AgentRun out;
+  std::istringstream in(read_file(file));
+  double prev_time = std::nan("");
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.value("status", "") == "end") out.end = j;
+    if (j.value("level", "") != "slurm") continue;
+    const nlohmann::json& sample = j.at("sample");
+    const double time = sample.at("time").get<double>();
+    if (std::isfinite(prev_time)) {
+      for (const auto& [key, v] : sample.items())
+        if (key.rfind("cpu_util_", 0) == 0 && key != "cpu_util_avg" && key != "cpu_util_min" &&
+            key != "cpu_util_max" && v.is_number())
+          out.slurm_core_s += v.get<double>() / 100.0 * (time - prev_time);
+      ++out.rows;
+    }
+    prev_time = time;
+  }
+  return out;
+}
+
+// Issue 23: a multi-node agent runs inside the job's cgroup (srun starts it as a job step), and
+// the group's account holds its time, which is no member's. The slurm level is the job cgroup's
+// account less the agent's: its own cgroup's account where it has one below the job's that holds
+// no member (`job_4242/step_1`, as srun makes one per step), else its own CPU time (getrusage,
+// here: it shares `job_4243/step_0` with the job's process). The same job as
+// SlurmLevelFromTheJobsCgroup, each case in a job of its own, one after the other. The truth: the
+// job cgroup's account read by the test once the job and the agent ended, less the agent's
+// rusage (its parent's wait4: every thread, its whole life).
+TEST(Accuracy, AgentInsideTheJobsCgroupIsLeftOut) {
+  JobHierarchy job;
+  if (!job.ok()) GTEST_SKIP() << "needs root, a cgroup v1 cpuacct hierarchy and unshare";
+  const fs::path dir = scratch_dir();
+  fs::create_directories(dir);
+  const std::string inner = R"(
+set -e
+mount -t tmpfs sonde-test /sys/fs/cgroup
+mkdir /sys/fs/cgroup/cpuacct
+mount -t cgroup -o cpuacct cgroup /sys/fs/cgroup/cpuacct
+agent_case() {
+  cg=/sys/fs/cgroup/cpuacct/slurm/uid_0/job_$1
+  mkdir -p "$cg/step_0" "$cg/$2"
+  sh -c 'echo $$ > "$1/cgroup.procs" && sleep 1 && "$2" orphans 100 20; touch "$3"' job \
+    "$cg/step_0" "$WORKLOAD" "$DIR/done_$1" &
+  pid=$!
+  # The agent ends when its stdin does: 0.3 s after the job (however long a loaded machine takes).
+  # The agent's parent (its rusage) stays outside the job's cgroup, as slurmstepd does.
+  { until [ -e "$DIR/done_$1" ]; do sleep 0.1; done; sleep 0.3; } |
+    SONDE_AGENT_OF_JOB=$1 SONDE_WORKLOAD_RUSAGE="$DIR/agent_$1.rusage" "$WORKLOAD" reap \
+    sh -c 'echo $$ > "$1/cgroup.procs" && exec "$2" agent --job "$3" --interval 0.05 \
+      --duration 120 --end-on-stdin-eof' agent "$cg/$2" "$SONDE" "$1" \
+    > "$DIR/agent_$1.jsonl"
+  wait "$pid"
+  cat "$cg/cpuacct.usage" > "$DIR/job_$1_usage"
+}
+agent_case 4242 step_1
+agent_case 4243 step_0
+)";
+  const std::string outer =
+      "echo $$ > \"$BASE/cgroup.procs\" && exec unshare --cgroup --mount sh -c \"$INNER\"";
+  RunOptions o;
+  o.env = {{"BASE", job.base().string()},
+           {"INNER", inner},
+           {"SONDE", sonde_binary()},
+           {"WORKLOAD", workload()},
+           {"DIR", dir.string()}};
+  const RunResult r = run_command({"sh", "-c", outer}, o);
+  ASSERT_EQ(r.status, 0) << r.describe();
+  for (const std::string id : {"4242", "4243"}) {
+    const AgentRun a = read_agent_lines(dir / ("agent_" + id + ".jsonl"));
+    ASSERT_FALSE(a.end.is_null()) << "no end line from the agent of job " << id;
+    const nlohmann::json slurm = a.end.at("level_sources").at("slurm");
+    ASSERT_EQ(slurm.value("cgroup", ""), "/slurm/uid_0/job_" + id) << slurm.dump();
+    const std::string minus = slurm.value("cgroup_minus", "");
+    if (id == "4242") {
+      EXPECT_EQ(minus.rfind("sonde's own cgroup /slurm/uid_0/job_4242/step_1", 0), 0u) << minus;
+    } else {
+      EXPECT_EQ(minus.rfind("sonde's own CPU time", 0), 0u) << minus;
+    }
+    const double job_s = std::stod(read_file(dir / ("job_" + id + "_usage"))) * 1e-9;
+    std::istringstream rusage(read_file(dir / ("agent_" + id + ".rusage")));
+    std::string mode;
+    double agent_s = 0;
+    ASSERT_TRUE(rusage >> mode >> agent_s) << "no rusage line of the agent of job " << id;
+    const double truth = job_s - agent_s;
+    ASSERT_GT(truth, 100 * 0.02 * 0.99);
+    expect_within(a.slurm_core_s, truth, kCpuTolerance,
+                  "core-seconds of job " + id +
+                      " (100 orphans of 20 ms) less the agent inside its cgroup (" +
+                      (id == "4242" ? "its own step" : "its own rusage") + ")");
+    std::printf(
+        "job %s: cgroup %.3f s, agent %.3f s, truth %.3f s, agent's slurm level %.3f s (%zu "
+        "rows)\n",
+        id.c_str(), job_s, agent_s, truth, a.slurm_core_s, a.rows);
+  }
+}
+
 }  // namespace
 }  // namespace sonde::test

@@ -31,6 +31,9 @@
 //                         FILE, then exit 100+signum (of the first signal) after a short grace
 //                         period that records duplicates; exit 0 if no signal came in SECONDS.
 //                         Prints "ready" once the handlers are installed.
+//   reap PROGRAM ARGS...  run PROGRAM, wait for it and exit with its status (with
+//                         $SONDE_WORKLOAD_RUSAGE its rusage line has the program's whole CPU
+//                         time: e.g. a `sonde agent` placed in a cgroup by the test)
 //
 // $SONDE_WORKLOAD_RUSAGE=FILE: at exit, append "MODE CPU_SECONDS" to FILE, the process' own
 // getrusage (self and reaped children, µs): a test's truth that does not depend on how fast the
@@ -78,7 +81,8 @@ int usage(const char* argv0, const char* why) {
                "  exit CODE             exit with CODE (0..255)\n"
                "  kill SIGNUM           raise SIGNUM on itself\n"
                "  sleep SECONDS         sleep SECONDS\n"
-               "  trap FILE SECONDS     record SIGINT/SIGTERM/SIGHUP in FILE, exit 100+signum\n",
+               "  trap FILE SECONDS     record SIGINT/SIGTERM/SIGHUP in FILE, exit 100+signum\n"
+               "  reap PROGRAM ARGS...  run PROGRAM, wait for it, exit with its status\n",
                argv0, why, argv0);
   return kUsageExit;
 }
@@ -536,6 +540,18 @@ int main(int argc, char** argv) {
     if (!s) return usage(argv0, "sleep: SECONDS must be a non-negative number");
     sleep_s(*s);
     return 0;
+  }
+  if (mode == "reap" && argc >= 3) {
+    const pid_t child = fork();
+    if (child < 0) return 1;
+    if (child == 0) {
+      execvp(argv[2], argv + 2);
+      _exit(127);
+    }
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
   if (mode == "trap" && want_args(2)) {
     const auto s = parse_seconds(argv[3]);

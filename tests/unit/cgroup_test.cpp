@@ -64,6 +64,40 @@ TEST(Cgroup, MappedMemoryIsAnonymousPlusMappedFilesNotThePageCache) {
   EXPECT_FALSE(mapped_memory("", 2));
 }
 
+// v1 blkio.throttle.io_service_bytes as this machine kind writes it (one device; captured from a
+// group with a throttle limit set, after reading 8 MiB with a cold cache and writing 3 MiB with
+// fsync): Read and Write count, the per-device Total and the last line's Total repeat them.
+TEST(Cgroup, V1BlkioServiceBytesReadAndWriteOnce) {
+  const auto one =
+      parse_blkio_service_bytes(fixture("cgroup_v1_blkio_throttle_io_service_bytes.txt"));
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->read_bytes, 11071488u);
+  EXPECT_EQ(one->write_bytes, 3153920u);
+  // Two devices: each one's rows summed, no Total counted.
+  const auto two = parse_blkio_service_bytes(fixture("cgroup_v1_blkio_two_devices.txt"));
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->read_bytes, 11071488u + 4096000u);
+  EXPECT_EQ(two->write_bytes, 3153920u + 1048576u);
+  // A group with no bio on any device (or no throttle limit on this kernel): "Total 0".
+  const auto none = parse_blkio_service_bytes("Total 0\n");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->read_bytes + none->write_bytes, 0u);
+  EXPECT_FALSE(parse_blkio_service_bytes("8:0 Read many\n"));
+  EXPECT_FALSE(parse_blkio_service_bytes("rbytes=1\n"));
+}
+
+TEST(Cgroup, V2IoStatSumsDevices) {
+  const auto io = parse_io_stat(fixture("cgroup_v2_io_stat.txt"));
+  ASSERT_TRUE(io);
+  EXPECT_EQ(io->read_bytes, 11071488u + 4096000u);
+  EXPECT_EQ(io->write_bytes, 3153920u + 1048576u);
+  const auto empty = parse_io_stat("");
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->read_bytes + empty->write_bytes, 0u);
+  EXPECT_FALSE(parse_io_stat("8:0 rbytes=x\n"));
+  EXPECT_FALSE(parse_io_stat("Total 0\n"));
+}
+
 TEST(Cgroup, ReadsAGroupsDirectory) {
   const fs::path dir =
       fs::temp_directory_path() / ("sonde-cgroup-test-" + std::to_string(::getpid()));

@@ -443,6 +443,99 @@ TEST(ProcScanner, SlurmLevelFromTheJobsCgroupV2) {
       << scanner.level_cgroup_left(Level::slurm);
 }
 
+// Issue 23: an agent (target.exclude_pid) inside the job's cgroup. In a cgroup of its own below
+// the job's that holds no member (its step), that cgroup's account is taken off the job's; where
+// its cgroup holds a member of the level, its own CPU time (getrusage) is.
+TEST(ProcScanner, AgentInsideTheJobsCgroupIsLeftOutV2) {
+  for (const bool own_step : {true, false}) {
+    SCOPED_TRACE(own_step ? "the agent in a step of its own" : "the agent beside a member");
+    FakeProc proc;
+    const fs::path sys = fs::path(proc.path()) / "sys";
+    const fs::path job = sys / "fs/cgroup/system.slice/slurmstepd.scope/job_77";
+    const std::string agent_step = own_step ? "step_1" : "step_0";
+    fs::create_directories(job / "step_0/user/task_0");
+    fs::create_directories(job / (agent_step + "/user/task_0"));
+    fs::create_directories(fs::path(proc.path()) / "self");
+    std::ofstream(fs::path(proc.path()) / "self/mountinfo")
+        << "32 22 0:27 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+    const std::string agent_cg =
+        "0::/system.slice/slurmstepd.scope/job_77/" + agent_step + "/user/task_0\n";
+    std::ofstream(fs::path(proc.path()) / "self/cgroup") << agent_cg;
+    auto usage = [](const fs::path& dir, std::uint64_t usec) {
+      std::ofstream(dir / "cpu.stat")
+          << "usage_usec " << usec << "\nuser_usec " << usec << "\nsystem_usec 0\n";
+    };
+    const fs::path agent_dir = job / agent_step / "user/task_0";
+    usage(job, 5'000'000);
+    usage(agent_dir, 100'000);
+    const std::string in_job = "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n";
+    proc.write({.pid = 1, .ppid = 0, .comm = "init", .uid = 0, .cgroup = "0::/init.scope\n"});
+    proc.write({.pid = 100, .ppid = 1, .comm = "task", .uid = 1000, .cgroup = in_job});
+    proc.write({.pid = 500, .ppid = 1, .comm = "sonde", .uid = 1000, .cgroup = agent_cg});
+    std::ofstream(agent_dir / "cgroup.procs") << (own_step ? "500\n" : "100\n500\n");
+    TargetInfo target{.pid = 0, .uid = 1000, .slurm_job = "77", .exclude_pid = 500};
+    ProcScanner scanner({.proc = proc.path(), .sys = sys.string()}, target,
+                        {false, false, true, true}, {});
+    const auto& first = scanner.scan(1000.0);
+    EXPECT_EQ(members(first, Level::slurm), (std::vector<int>{100}));
+    ASSERT_TRUE(scanner.level_cgroup(Level::slurm)) << scanner.job_cgroup_not_used();
+    const std::string& minus = scanner.level_cgroup_minus(Level::slurm);
+    if (own_step) {
+      EXPECT_EQ(minus.rfind("sonde's own cgroup /system.slice/slurmstepd.scope/job_77/step_1/user/"
+                            "task_0",
+                            0),
+                0u)
+          << minus;
+    } else {
+      EXPECT_EQ(minus.rfind("sonde's own CPU time", 0), 0u) << minus;
+    }
+    usage(job, 5'750'000);
+    usage(agent_dir, 350'000);
+    const auto& second = scanner.scan(1001.0);
+    const CgroupDelta& d = second.cgroup[level_index(Level::slurm)];
+    ASSERT_TRUE(d.valid);
+    if (own_step) {
+      EXPECT_NEAR(d.cpu_s, 0.75 - 0.25, 1e-9);
+    } else {
+      // This process's own CPU time between the two reads (µs, small) is taken off.
+      EXPECT_LE(d.cpu_s, 0.75);
+      EXPECT_GT(d.cpu_s, 0.75 - 0.25);
+    }
+  }
+}
+
+// On the head's node of a multi-node run the head itself (exclude_single_pid) runs in the job's
+// cgroup too, beside the batch script: its time cannot be taken off, so the level stays on /proc.
+TEST(ProcScanner, AgentBesideAnotherNonMemberKeepsTheSlurmLevelOnProc) {
+  FakeProc proc;
+  const fs::path sys = fs::path(proc.path()) / "sys";
+  const fs::path job = sys / "fs/cgroup/system.slice/slurmstepd.scope/job_77";
+  fs::create_directories(job / "step_batch/user/task_0");
+  fs::create_directories(job / "step_1/user/task_0");
+  fs::create_directories(fs::path(proc.path()) / "self");
+  std::ofstream(fs::path(proc.path()) / "self/mountinfo")
+      << "32 22 0:27 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+  const std::string agent_cg = "0::/system.slice/slurmstepd.scope/job_77/step_1/user/task_0\n";
+  const std::string batch_cg = "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n";
+  std::ofstream(fs::path(proc.path()) / "self/cgroup") << agent_cg;
+  for (const fs::path& d : {job, job / "step_1/user/task_0"})
+    std::ofstream(d / "cpu.stat") << "usage_usec 1000\nuser_usec 1000\nsystem_usec 0\n";
+  proc.write({.pid = 100, .ppid = 1, .comm = "batch", .uid = 1000, .cgroup = batch_cg});
+  proc.write({.pid = 600, .ppid = 100, .comm = "sonde-head", .uid = 1000, .cgroup = batch_cg});
+  proc.write({.pid = 500, .ppid = 1, .comm = "sonde", .uid = 1000, .cgroup = agent_cg});
+  std::ofstream(job / "step_batch/user/task_0/cgroup.procs") << "100\n600\n";
+  std::ofstream(job / "step_1/user/task_0/cgroup.procs") << "500\n";
+  TargetInfo target{
+      .pid = 0, .uid = 1000, .slurm_job = "77", .exclude_pid = 500, .exclude_single_pid = 600};
+  ProcScanner scanner({.proc = proc.path(), .sys = sys.string()}, target,
+                      {false, false, true, true}, {});
+  const auto& s = scanner.scan(1000.0);
+  EXPECT_EQ(members(s, Level::slurm), (std::vector<int>{100}));
+  EXPECT_FALSE(scanner.level_cgroup(Level::slurm));
+  EXPECT_NE(scanner.job_cgroup_not_used().find("process 600 (sonde-head)"), std::string::npos)
+      << scanner.job_cgroup_not_used();
+}
+
 // Where the node has no Slurm cgroups, or --no-cgroup: the slurm level comes from /proc and the
 // scanner says why.
 TEST(ProcScanner, SlurmLevelWithoutJobCgroupsSaysWhy) {
