@@ -116,7 +116,8 @@ Snapshot Collector::collect() {
     const std::string key =
         g.device.uuid.empty() ? g.device.vendor + std::to_string(g.device.index) : g.device.uuid;
     auto& h = history_[key];
-    if (!g.device.error) h.push_back(g.device.util_gpu.value_or(0));
+    // No sample where the driver gives none (a GPU in MIG mode): never drawn as 0.
+    if (!g.device.error && g.device.util_gpu) h.push_back(*g.device.util_gpu);
     while (h.size() > options_.history) h.pop_front();
     s.gpu_history.emplace_back(h.begin(), h.end());
   }
