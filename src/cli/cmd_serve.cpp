@@ -175,14 +175,14 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   if (so.per_user || so.per_job)
     owners = std::make_unique<prom::OwnerScanner>(eo.roots, so.per_user, so.per_job,
                                                   static_cast<std::size_t>(so.max_series));
+  // The driver's deadline: a GPU collector's `timeout` (gpu, gpu_nvml or gpu_rocm, whatever its
+  // key), else half the interval.
+  double deadline_s = cfg->interval_s / 2;
+  for (const auto& c : cfg->collectors)
+    if (c.enabled && c.target.starts_with("sonde.collectors.gpu") && c.timeout_s)
+      deadline_s = *c.timeout_s;
   if (so.per_job)
     if (std::shared_ptr<JobGpus> g = JobGpus::open()) {
-      // The driver's deadline: a GPU collector's `timeout` (gpu, gpu_nvml or gpu_rocm, whatever
-      // its key), else half the interval.
-      double deadline_s = cfg->interval_s / 2;
-      for (const auto& c : cfg->collectors)
-        if (c.enabled && c.target.starts_with("sonde.collectors.gpu") && c.timeout_s)
-          deadline_s = *c.timeout_s;
       job_gpus = std::make_unique<GuardedJobGpus>(std::move(g), deadline_s);
       owners->set_gpu_attributor(
           [j = job_gpus.get()](const auto& pids) { return j->attribute(pids); });
@@ -191,6 +191,13 @@ int cmd_serve(const CommonOptions& common, const ServeOptions& so) {
   auto exporter = std::make_unique<prom::PrometheusSink>(
       engine, prom::ExporterOptions{.per_user = so.per_user, .per_job = so.per_job},
       std::move(owners));
+  // GPUs in MIG mode: their MIG devices' series (sonde_gpu_mig_*), when the gpu collector runs.
+  std::unique_ptr<GuardedMigGpus> mig_gpus;
+  const bool gpu_collector = std::any_of(
+      cfg->collectors.begin(), cfg->collectors.end(),
+      [](const auto& c) { return c.enabled && c.target.starts_with("sonde.collectors.gpu"); });
+  if (gpu_collector && (mig_gpus = GuardedMigGpus::open(deadline_s)))
+    exporter->set_mig_source([m = mig_gpus.get()] { return m->series(); });
   const prom::PrometheusSink& pages = *exporter;
   sinks.add(std::move(exporter));
   std::atomic<std::uint64_t> scrapes{0};

@@ -1,5 +1,6 @@
 #include "cli/serve_gpus.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <unordered_set>
@@ -91,6 +92,70 @@ std::vector<prom::JobGpuUse> GuardedJobGpus::attribute(
     std::cerr << fmt::format(
         "sonde: warning: serve --per-job: the GPU driver did not answer within {} s; the jobs' "
         "GPU series are left out until it does (the other series go on)\n",
+        deadline_s_);
+    stuck_ = true;
+  }
+  return {};
+}
+
+std::vector<prom::MigSeries> mig_series(const gpu::GpuSnapshot& snap) {
+  std::vector<prom::MigSeries> out;
+  for (std::size_t i = 0; i < snap.devices.size(); ++i) {
+    const gpu::GpuDevice& d = snap.devices[i];
+    if (d.error || !d.mig_mode.value_or(false)) continue;
+    for (const gpu::MigDevice& m : d.mig) {
+      if (m.error) continue;
+      prom::MigSeries s;
+      s.gpu = static_cast<int>(i);
+      s.uuid = m.uuid;
+      s.profile = m.profile;
+      if (m.gpu_instance_id) s.gpu_instance_id = *m.gpu_instance_id;
+      if (m.compute_instance_id) s.compute_instance_id = *m.compute_instance_id;
+      s.memory_used_bytes = m.mem_used_bytes ? static_cast<double>(*m.mem_used_bytes) : kNaN;
+      s.memory_total_bytes = m.mem_total_bytes ? static_cast<double>(*m.mem_total_bytes) : kNaN;
+      s.processes = m.processes ? static_cast<double>(m.processes->size()) : kNaN;
+      s.utilization_ratio = m.util_gpu ? *m.util_gpu / 100.0 : kNaN;
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<GuardedMigGpus> GuardedMigGpus::open(double deadline_s) {
+  auto gpus = std::make_shared<gpu::Gpus>(gpu::open_gpus());
+  // Whether a GPU is in MIG mode: one query without process lists, on this thread (as the
+  // collectors' setup queries the devices).
+  const gpu::GpuSnapshot snap = gpu::query_all(*gpus, false);
+  const bool any = std::any_of(snap.devices.begin(), snap.devices.end(),
+                               [](const gpu::GpuDevice& d) { return d.mig_mode.value_or(false); });
+  if (!any) return nullptr;
+  return std::make_unique<GuardedMigGpus>(std::move(gpus), deadline_s);
+}
+
+GuardedMigGpus::GuardedMigGpus(std::shared_ptr<gpu::Gpus> gpus, double deadline_s)
+    : gpus_(std::move(gpus)), deadline_s_(deadline_s) {}
+
+std::vector<prom::MigSeries> GuardedMigGpus::series() {
+  auto out = std::make_shared<std::vector<prom::MigSeries>>();
+  dog_.start({Watchdog::Call{.slot = 0, .deadline_s = deadline_s_, .run = [g = gpus_, out] {
+                               try {
+                                 *out = mig_series(gpu::query_all(*g, true));
+                               } catch (...) {
+                                 out->clear();
+                               }
+                             }}});
+  const Watchdog::Report r = dog_.wait().at(0);
+  if (r.outcome == Watchdog::Outcome::done) {
+    if (stuck_) {
+      std::cerr << "sonde: note: serve: the GPU driver answers again; the MIG series are back\n";
+      stuck_ = false;
+    }
+    return std::move(*out);
+  }
+  if (!stuck_) {
+    std::cerr << fmt::format(
+        "sonde: warning: serve: the GPU driver did not answer within {} s; the MIG series are "
+        "left out until it does (the other series go on)\n",
         deadline_s_);
     stuck_ = true;
   }

@@ -10,6 +10,7 @@
 
 #include "core/watchdog.hpp"
 #include "gpu/gpu.hpp"
+#include "sinks/prometheus.hpp"
 #include "sinks/prometheus_owners.hpp"
 
 namespace sonde::cli {
@@ -52,5 +53,28 @@ class GuardedJobGpus {
   Watchdog dog_{1};
   bool stuck_ = false;  ///< reported as not answering, not yet reported back
 };
+
+/// The MIG devices of the node's GPUs in MIG mode, for `sonde serve`'s sonde_gpu_mig_* series
+/// (docs/prometheus.md): one query of every device per scan (with process lists, for the count
+/// per MIG device), under a watchdog as GuardedJobGpus: a query that overruns `deadline_s` leaves
+/// the MIG series out of that scan, reported once on stderr; while the abandoned call is still
+/// inside the driver, later scans skip it. A GPU that is lost leaves its MIG series out.
+class GuardedMigGpus {
+ public:
+  /// Null when no GPU is in MIG mode now (nothing to show; MIG mode changes need a GPU reset).
+  static std::unique_ptr<GuardedMigGpus> open(double deadline_s);
+  GuardedMigGpus(std::shared_ptr<gpu::Gpus> gpus, double deadline_s);
+  std::vector<prom::MigSeries> series();
+
+ private:
+  std::shared_ptr<gpu::Gpus> gpus_;
+  double deadline_s_;
+  Watchdog dog_{1};
+  bool stuck_ = false;
+};
+
+/// The series of the MIG devices in a snapshot (`gpu`: the device's place in it, as the gpu
+/// collector numbers devices).
+std::vector<prom::MigSeries> mig_series(const gpu::GpuSnapshot& snap);
 
 }  // namespace sonde::cli

@@ -39,6 +39,14 @@ GpuSnapshot query_all(Gpus& gpus, bool with_processes) {
   return s;
 }
 
+std::string mig_profile(const std::string& name) {
+  const auto at = name.rfind("MIG ");
+  if (at == std::string::npos) return {};
+  std::string p = name.substr(at + 4);
+  while (!p.empty() && p.back() == ' ') p.pop_back();
+  return p;
+}
+
 ProcessUse process_use(const GpuDevice& d, const std::unordered_set<int>& pids) {
   ProcessUse use;
   double sm = 0, bw = 0, bytes = 0;

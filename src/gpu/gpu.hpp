@@ -22,7 +22,27 @@ struct GpuProcess {
   bool graphics = false;                           ///< listed by the graphics-process call
   /// Per-process utilisation samples over the last interval (NVML process utilisation), percent.
   std::optional<double> sm_util, mem_util, enc_util, dec_util;
+  /// On a MIG-enabled GPU: the MIG device (GpuDevice::mig, by its `index`) the process runs on.
+  std::optional<int> mig_index;
 };
+
+/// One MIG device of a MIG-enabled NVIDIA GPU: a compute instance of a GPU instance, with its
+/// own slice of the memory. NVML gives no utilisation for it (NOT_SUPPORTED in real drivers), so
+/// `util_gpu` stays nullopt there: shown "n/a", never 0.
+struct MigDevice {
+  int index = 0;  ///< under its GPU (nvmlDeviceGetMigDeviceHandleByIndex)
+  std::optional<unsigned> gpu_instance_id, compute_instance_id;
+  std::string uuid;     ///< "MIG-…"
+  std::string name;     ///< the driver's: "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
+  std::string profile;  ///< "3g.20gb" (the name after "MIG "); "" when the name has none
+  std::optional<std::uint64_t> mem_used_bytes, mem_total_bytes;
+  std::optional<double> util_gpu;  ///< percent, where a driver gives it
+  /// Compute processes on this instance; nullopt: not supported.
+  std::optional<std::vector<GpuProcess>> processes;
+  std::optional<std::string> error;  ///< this instance failed: what happened
+};
+/// The profile in a MIG device's name ("… MIG 3g.20gb" → "3g.20gb"), else "".
+std::string mig_profile(const std::string& name);
 
 struct GpuDevice {
   int index = 0;       ///< index within its vendor (the `[i]` of gpustat)
@@ -41,6 +61,10 @@ struct GpuDevice {
   /// nullopt: the driver cannot list processes on this device ("not supported").
   std::optional<std::vector<GpuProcess>> processes;
   std::optional<std::string> error;  ///< lost or failing device: what happened
+  /// MIG mode (NVIDIA, current mode): nullopt where the GPU or driver has no MIG.
+  std::optional<bool> mig_mode;
+  /// Its MIG devices when `mig_mode` is on (ascending index); empty otherwise.
+  std::vector<MigDevice> mig;
 };
 
 struct GpuSnapshot {

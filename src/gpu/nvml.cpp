@@ -75,6 +75,13 @@ struct NvmlApi {
   Ret (*procs_v1[2])(Dev, unsigned*, nvmlProcessInfo_v1_t*) = {nullptr, nullptr};
   Ret (*process_util)(Dev, nvmlProcessUtilizationSample_t*, unsigned*,
                       unsigned long long) = nullptr;
+  // MIG (drivers from R450): all optional, an older driver has none of them.
+  Ret (*mig_mode)(Dev, unsigned*, unsigned*) = nullptr;
+  Ret (*mig_max)(Dev, unsigned*) = nullptr;
+  Ret (*mig_handle)(Dev, unsigned, Dev*) = nullptr;
+  Ret (*mig_parent)(Dev, Dev*) = nullptr;
+  Ret (*gpu_instance_id)(Dev, unsigned*) = nullptr;
+  Ret (*compute_instance_id)(Dev, unsigned*) = nullptr;
 };
 
 // A value read from NVML: set, or the reason it is not.
@@ -156,26 +163,7 @@ class NvmlBackend final : public Backend {
       }
       if (fail(r)) return d;
     }
-    r = NVML_ERROR_FUNCTION_NOT_FOUND;
-    if (api_.memory_v2 != nullptr) {
-      nvmlMemory_v2_t m{};
-      m.version = nvml::kMemoryV2Version;
-      r = api_.memory_v2(dev, &m);
-      if (r == NVML_SUCCESS) {
-        d.mem_total_bytes = m.total;
-        d.mem_used_bytes = m.used;
-      }
-      if (fail(r)) return d;
-    }
-    if (r != NVML_SUCCESS && api_.memory != nullptr) {
-      nvmlMemory_t m{};
-      r = api_.memory(dev, &m);
-      if (r == NVML_SUCCESS) {
-        d.mem_total_bytes = m.total;
-        d.mem_used_bytes = m.used;
-      }
-      if (fail(r)) return d;
-    }
+    if (fail(read_memory(dev, d.mem_used_bytes, d.mem_total_bytes))) return d;
     if (api_.power != nullptr) {
       r = api_.power(dev, &v);
       if (r == NVML_SUCCESS) d.power_w = v / 1000.0;
@@ -207,10 +195,160 @@ class NvmlBackend final : public Backend {
       r = read_processes(dev, static_cast<std::size_t>(index), d);
       if (fail(r)) return d;
     }
+    if (api_.mig_mode != nullptr) {
+      unsigned current = 0, pending = 0;
+      r = api_.mig_mode(dev, &current, &pending);
+      if (r == NVML_SUCCESS) d.mig_mode = current == NVML_DEVICE_MIG_ENABLE;
+      if (fail(r)) return d;
+    }
+    if (d.mig_mode.value_or(false) && fail(read_mig(dev, with_processes, d))) return d;
     return d;
   }
 
  private:
+  // Memory in use and in all: the v2 call (without the driver's reserved memory), else v1.
+  nvmlReturn_t read_memory(nvmlDevice_t dev, std::optional<std::uint64_t>& used,
+                           std::optional<std::uint64_t>& total) {
+    nvmlReturn_t r = NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (api_.memory_v2 != nullptr) {
+      nvmlMemory_v2_t m{};
+      m.version = nvml::kMemoryV2Version;
+      r = api_.memory_v2(dev, &m);
+      if (r == NVML_SUCCESS) {
+        total = m.total;
+        used = m.used;
+      }
+      if (device_fatal(r)) return r;
+    }
+    if (r != NVML_SUCCESS && api_.memory != nullptr) {
+      nvmlMemory_t m{};
+      r = api_.memory(dev, &m);
+      if (r == NVML_SUCCESS) {
+        total = m.total;
+        used = m.used;
+      }
+      if (device_fatal(r)) return r;
+    }
+    return NVML_SUCCESS;
+  }
+
+  // The MIG devices of a GPU in MIG mode: ids, name, memory and (with `with_processes`) the
+  // compute processes of each, each process of the GPU's own list tagged with its instance. An
+  // index without a MIG device (NOT_FOUND) is skipped; a fatal error on one instance marks that
+  // instance and is returned (the GPU is gone or the driver broken).
+  nvmlReturn_t read_mig(nvmlDevice_t dev, bool with_processes, GpuDevice& d) {
+    if (api_.mig_max == nullptr || api_.mig_handle == nullptr) return NVML_SUCCESS;
+    unsigned max = 0;
+    nvmlReturn_t r = api_.mig_max(dev, &max);
+    if (r != NVML_SUCCESS) return device_fatal(r) ? r : NVML_SUCCESS;
+    for (unsigned i = 0; i < max; ++i) {
+      nvmlDevice_t m = nullptr;
+      r = api_.mig_handle(dev, i, &m);
+      if (device_fatal(r)) return r;
+      if (r != NVML_SUCCESS || m == nullptr) continue;  // no MIG device at this index
+      if (api_.mig_parent != nullptr) {
+        nvmlDevice_t parent = nullptr;
+        if (api_.mig_parent(m, &parent) == NVML_SUCCESS && parent != dev) continue;
+      }
+      MigDevice md;
+      md.index = static_cast<int>(i);
+      r = read_mig_device(m, with_processes, md);
+      d.mig.push_back(std::move(md));
+      if (r != NVML_SUCCESS) return r;
+    }
+    if (!d.processes && with_processes) {
+      // The GPU itself lists none: its processes are its instances'.
+      for (const auto& md : d.mig)
+        if (md.processes) {
+          if (!d.processes) d.processes.emplace();
+          d.processes->insert(d.processes->end(), md.processes->begin(), md.processes->end());
+        }
+      return NVML_SUCCESS;
+    }
+    if (!d.processes) return NVML_SUCCESS;
+    // The GPU's processes: on which instance each runs (where an instance lists it).
+    for (auto& p : *d.processes)
+      for (const auto& md : d.mig)
+        if (md.processes && std::any_of(md.processes->begin(), md.processes->end(),
+                                        [&](const GpuProcess& q) { return q.pid == p.pid; })) {
+          p.mig_index = md.index;
+          break;
+        }
+    return NVML_SUCCESS;
+  }
+
+  // One MIG device; returns the fatal status that stopped it (also in md.error), else success.
+  nvmlReturn_t read_mig_device(nvmlDevice_t m, bool with_processes, MigDevice& md) {
+    auto fail = [&](nvmlReturn_t s) {
+      if (!device_fatal(s)) return false;
+      md.error = error_name(s);
+      return true;
+    };
+    unsigned v = 0;
+    nvmlReturn_t r = NVML_SUCCESS;
+    if (api_.gpu_instance_id != nullptr) {
+      r = api_.gpu_instance_id(m, &v);
+      if (r == NVML_SUCCESS) md.gpu_instance_id = v;
+      if (fail(r)) return r;
+    }
+    if (api_.compute_instance_id != nullptr) {
+      r = api_.compute_instance_id(m, &v);
+      if (r == NVML_SUCCESS) md.compute_instance_id = v;
+      if (fail(r)) return r;
+    }
+    char buf[nvml::kNameBufferSize] = {};
+    r = api_.name(m, buf, sizeof buf);
+    if (r == NVML_SUCCESS) {
+      md.name = buf;
+      md.profile = mig_profile(md.name);
+    }
+    if (fail(r)) return r;
+    if (api_.uuid != nullptr) {
+      char ubuf[nvml::kUuidBufferSize] = {};
+      r = api_.uuid(m, ubuf, sizeof ubuf);
+      if (r == NVML_SUCCESS) md.uuid = ubuf;
+      if (fail(r)) return r;
+    }
+    if (fail(r = read_memory(m, md.mem_used_bytes, md.mem_total_bytes))) return r;
+    if (api_.utilization != nullptr) {  // NOT_SUPPORTED on MIG devices in real drivers
+      nvmlUtilization_t u{};
+      r = api_.utilization(m, &u);
+      if (r == NVML_SUCCESS) md.util_gpu = u.gpu;
+      if (fail(r)) return r;
+    }
+    if (!with_processes) return NVML_SUCCESS;
+    r = NVML_ERROR_FUNCTION_NOT_FOUND;
+    std::vector<std::pair<unsigned, unsigned long long>> found;  // pid, used memory
+    for (auto* fn : {api_.procs_v3[0], api_.procs_v2[0]}) {
+      if (fn == nullptr) continue;
+      std::vector<nvmlProcessInfo_t> infos;
+      r = list(fn, m, infos);
+      if (r == NVML_SUCCESS)
+        for (const auto& p : infos) found.emplace_back(p.pid, p.usedGpuMemory);
+      if (r != NVML_ERROR_FUNCTION_NOT_FOUND) break;
+    }
+    if (r == NVML_ERROR_FUNCTION_NOT_FOUND && api_.procs_v1[0] != nullptr) {
+      std::vector<nvmlProcessInfo_v1_t> infos;
+      r = list(api_.procs_v1[0], m, infos);
+      if (r == NVML_SUCCESS)
+        for (const auto& p : infos) found.emplace_back(p.pid, p.usedGpuMemory);
+    }
+    if (fail(r)) return r;
+    if (r != NVML_SUCCESS) return NVML_SUCCESS;  // not supported: processes stay nullopt
+    std::map<int, GpuProcess> by_pid;
+    for (const auto& [pid, mem] : found) {
+      GpuProcess& p = by_pid[static_cast<int>(pid)];
+      p.pid = static_cast<int>(pid);
+      p.compute = true;
+      p.mig_index = md.index;
+      if (mem != kValueNotAvailable)
+        p.used_memory_bytes = std::max<std::uint64_t>(p.used_memory_bytes.value_or(0), mem);
+    }
+    md.processes.emplace();
+    for (auto& [pid, p] : by_pid) md.processes->push_back(std::move(p));
+    return NVML_SUCCESS;
+  }
+
   // One process list (kind 0 compute, 1 graphics) with the newest call the driver has. The count
   // can grow between the sizing call and the filling call: retried a few times.
   template <typename Info, typename Fn>
@@ -376,6 +514,12 @@ std::unique_ptr<Backend> open_nvml(const std::string& path, std::string& note) {
   pick(a.procs_v2[1], {"nvmlDeviceGetGraphicsRunningProcesses_v2"});
   pick(a.procs_v1[1], {"nvmlDeviceGetGraphicsRunningProcesses"});
   pick(a.process_util, {"nvmlDeviceGetProcessUtilization"});
+  pick(a.mig_mode, {"nvmlDeviceGetMigMode"});
+  pick(a.mig_max, {"nvmlDeviceGetMaxMigDeviceCount"});
+  pick(a.mig_handle, {"nvmlDeviceGetMigDeviceHandleByIndex"});
+  pick(a.mig_parent, {"nvmlDeviceGetDeviceHandleFromMigDeviceHandle"});
+  pick(a.gpu_instance_id, {"nvmlDeviceGetGpuInstanceId"});
+  pick(a.compute_instance_id, {"nvmlDeviceGetComputeInstanceId"});
   if (a.init == nullptr || a.count == nullptr || a.handle == nullptr || a.name == nullptr) {
     note = "NVML: " + name +
            " lacks nvmlInit, nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex or "

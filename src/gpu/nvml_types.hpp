@@ -44,6 +44,8 @@ typedef enum nvmlReturn_enum {
 } nvmlReturn_t;
 
 enum { NVML_TEMPERATURE_GPU = 0 };
+/// nvmlDeviceGetMigMode's modes.
+enum { NVML_DEVICE_MIG_DISABLE = 0, NVML_DEVICE_MIG_ENABLE = 1 };
 
 typedef struct nvmlMemory_st {
   unsigned long long total;

@@ -402,7 +402,7 @@ Exporter::Exporter(const Engine& engine, ExporterOptions options) : options_(opt
 }
 
 void Exporter::update(const Engine& engine, const Engine::Tick& tick, double tick_s,
-                      const OwnerUsage* owners) {
+                      const OwnerUsage* owners, const std::vector<MigSeries>* mig) {
   ++ticks_;
   const auto& row = tick.rows[level_index(Level::system)];
   for (ColumnMap& m : maps_) {
@@ -436,6 +436,7 @@ void Exporter::update(const Engine& engine, const Engine::Tick& tick, double tic
   families_[first_self + kScanDuration].samples[0].value = engine.scan_s();
 
   families_.resize(fixed_families_);
+  if (mig && !mig->empty()) add_mig_families(*mig);
   if (!owners) return;
   Family folded{"sonde_series_folded",
                 Type::gauge,
@@ -581,6 +582,45 @@ void Exporter::add_job_families(const std::vector<OwnerSeries>& jobs) {
     }
   }
   for (Family& fam : f) families_.push_back(std::move(fam));
+}
+
+void Exporter::add_mig_families(const std::vector<MigSeries>& mig) {
+  Family used{"sonde_gpu_mig_memory_used_bytes",
+              Type::gauge,
+              "Memory in use on a MIG device (a GPU instance's compute instance) of a GPU in MIG "
+              "mode; labels as dcgm-exporter's: gpu, GPU_I_ID, GPU_I_PROFILE.",
+              "bytes",
+              {}};
+  Family total{"sonde_gpu_mig_memory_total_bytes",
+               Type::gauge,
+               "Memory of a MIG device (its GPU instance's slice).",
+               "bytes",
+               {}};
+  Family procs{
+      "sonde_gpu_mig_processes", Type::gauge, "Compute processes running on a MIG device.", "", {}};
+  Family util{"sonde_gpu_mig_utilization_ratio",
+              Type::gauge,
+              "Utilisation of a MIG device where the driver gives it (NVML does not: then no "
+              "sample) (0-1).",
+              "ratio",
+              {}};
+  for (const MigSeries& m : mig) {
+    std::vector<Label> l{
+        {"gpu", std::to_string(m.gpu)},
+        {"GPU_I_ID", m.gpu_instance_id >= 0 ? std::to_string(m.gpu_instance_id) : std::string()},
+        {"GPU_I_PROFILE", m.profile},
+        {"CI_ID",
+         m.compute_instance_id >= 0 ? std::to_string(m.compute_instance_id) : std::string()},
+        {"UUID", m.uuid}};
+    used.samples.push_back({l, m.memory_used_bytes});
+    total.samples.push_back({l, m.memory_total_bytes});
+    if (!std::isnan(m.processes)) procs.samples.push_back({l, m.processes});
+    if (!std::isnan(m.utilization_ratio)) util.samples.push_back({l, m.utilization_ratio});
+  }
+  families_.push_back(std::move(used));
+  families_.push_back(std::move(total));
+  if (!procs.samples.empty()) families_.push_back(std::move(procs));
+  if (!util.samples.empty()) families_.push_back(std::move(util));
 }
 
 }  // namespace sonde::prom

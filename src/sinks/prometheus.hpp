@@ -74,6 +74,21 @@ struct RateIntegrator {
   double add(double rate, double time_s, double scale = 1);
 };
 
+/// One MIG device of a GPU in MIG mode (`sonde serve`, src/cli/serve_gpus.cpp), as the
+/// sonde_gpu_mig_* series show it: labelled as dcgm-exporter labels MIG series (`gpu`, `GPU_I_ID`,
+/// `GPU_I_PROFILE`), with the compute instance (`CI_ID`) and the MIG device's `UUID`.
+struct MigSeries {
+  int gpu = 0;  ///< its GPU, as the `gpu` label of sonde_gpu_*
+  std::string uuid;
+  std::string profile;                 ///< "3g.20gb"
+  long long gpu_instance_id = -1;      ///< -1: unknown
+  long long compute_instance_id = -1;  ///< -1: unknown
+  double memory_used_bytes = 0;        ///< NaN when unknown
+  double memory_total_bytes = 0;       ///< NaN when unknown
+  double processes = 0;                ///< NaN when the driver cannot list them
+  double utilization_ratio = 0;        ///< NaN where the driver gives none (always, today)
+};
+
 struct ExporterOptions {
   bool per_user = false;
   bool per_job = false;
@@ -88,13 +103,15 @@ class Exporter {
 
   /// Builds the families of this tick. `tick_s` is the wall time the tick took; `owners` the
   /// per-user/per-job aggregation (nullptr when neither is asked for).
+  /// `mig`: the MIG devices of the node's GPUs in MIG mode (nullptr: none looked for).
   void update(const Engine& engine, const Engine::Tick& tick, double tick_s,
-              const OwnerUsage* owners);
+              const OwnerUsage* owners, const std::vector<MigSeries>* mig = nullptr);
   const std::vector<Family>& families() const { return families_; }
 
  private:
   struct ColumnMap;  // how one system-level column becomes a sample
   void add_job_families(const std::vector<OwnerSeries>& jobs);
+  void add_mig_families(const std::vector<MigSeries>& mig);
   std::vector<ColumnMap> maps_;
   std::vector<Family> families_;
   std::size_t fixed_families_ = 0;

@@ -9,7 +9,10 @@ PrometheusSink::PrometheusSink(const Engine& engine, ExporterOptions options,
 SinkStatus PrometheusSink::write(const Engine::Tick& tick) {
   const OwnerUsage* usage = owners_ ? &owners_->scan() : nullptr;
   // The tick's own cost (sonde_tick_seconds): from its start to now, the owners' scan included.
-  exporter_.update(engine_, tick, monotonic_now() - tick.ctx.time_s, usage);
+  std::vector<MigSeries> mig;
+  if (mig_source_) mig = mig_source_();
+  exporter_.update(engine_, tick, monotonic_now() - tick.ctx.time_s, usage,
+                   mig_source_ ? &mig : nullptr);
   auto next = std::make_shared<Page>();
   render(exporter_.families(), Format::prometheus, next->prometheus);
   render(exporter_.families(), Format::openmetrics, next->openmetrics);

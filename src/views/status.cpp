@@ -100,9 +100,9 @@ StatusData query_status(gpu::Gpus& gpus, StatusHooks& hooks, const QueryOptions&
         std::find(options.ids->begin(), options.ids->end(), dev.index) == options.ids->end())
       continue;
     GpuRow row;
-    if (dev.processes) {
-      row.processes.emplace();
-      for (const auto& p : *dev.processes) {
+    auto rows_of = [&](const std::vector<gpu::GpuProcess>& list) {
+      std::vector<ProcessRow> out;
+      for (const auto& p : list) {
         ProcessRow pr;
         pr.pid = p.pid;
         pr.gpu_memory_bytes = p.used_memory_bytes;
@@ -115,11 +115,21 @@ StatusData query_status(gpu::Gpus& gpus, StatusHooks& hooks, const QueryOptions&
         pr.command = info.command;
         pr.full_command = info.full_command;
         pr.rss_bytes = info.rss_bytes;
-        row.processes->push_back(std::move(pr));
+        out.push_back(std::move(pr));
       }
+      return out;
+    };
+    if (dev.processes) row.processes = rows_of(*dev.processes);
+    for (auto& m : dev.mig) {
+      MigRow mr;
+      if (m.processes) mr.processes = rows_of(*m.processes);
+      mr.device = std::move(m);
+      mr.device.processes.reset();  // kept in mr.processes
+      row.mig.push_back(std::move(mr));
     }
     row.device = std::move(dev);
     row.device.processes.reset();  // kept in row.processes
+    row.device.mig.clear();        // kept in row.mig
     data.gpus.push_back(std::move(row));
   }
 
@@ -138,16 +148,28 @@ StatusData query_status(gpu::Gpus& gpus, StatusHooks& hooks, const QueryOptions&
       if (now < *info.cpu_ticks) continue;
       cpu[pid] = static_cast<double>(now - *info.cpu_ticks) / hz / dt * 100.0;
     }
-    for (auto& g : data.gpus)
-      if (g.processes)
-        for (auto& p : *g.processes)
+    auto set_cpu = [&](std::optional<std::vector<ProcessRow>>& rows) {
+      if (rows)
+        for (auto& p : *rows)
           if (auto it = cpu.find(p.pid); it != cpu.end()) p.cpu_percent = it->second;
+    };
+    for (auto& g : data.gpus) {
+      set_cpu(g.processes);
+      for (auto& m : g.mig) set_cpu(m.processes);
+    }
   }
 
   for (auto& g : data.gpus) {
     hooks.query_device(data, g);
     if (g.processes)
       for (auto& p : *g.processes) hooks.get_process_info(data, g, p);
+    // A MIG device's processes carry the fields the plugins gave the same process on its GPU.
+    if (!g.processes) continue;
+    for (auto& m : g.mig)
+      if (m.processes)
+        for (auto& p : *m.processes)
+          for (const auto& q : *g.processes)
+            if (q.pid == p.pid) p.fields = q.fields;
   }
   hooks.after_query(data);
   return data;
@@ -219,10 +241,10 @@ void add_fields(ojson& o, const std::vector<Field>& fields) {
 // A GPU's processes: null where not supported, else an object each (`fill` writes a process's
 // own keys, the plugins' fields follow).
 template <class Fill>
-ojson processes_json(const GpuRow& g, Fill fill) {
-  if (!g.processes) return nullptr;
+ojson processes_json(const std::optional<std::vector<ProcessRow>>& processes, Fill fill) {
+  if (!processes) return nullptr;
   ojson list = ojson::array();
-  for (const auto& p : *g.processes) {
+  for (const auto& p : *processes) {
     ojson pj;
     fill(pj, p);
     add_fields(pj, p.fields);
@@ -280,7 +302,7 @@ ojson status_json(const StatusData& data) {
     j["dec_util_percent"] = opt(d.dec_util);
     j["error"] = opt(d.error);
     add_fields(j, g.fields);
-    j["processes"] = processes_json(g, [](ojson& pj, const ProcessRow& p) {
+    auto fill = [](ojson& pj, const ProcessRow& p) {
       pj["pid"] = p.pid;
       pj["user"] = opt(p.user);
       pj["command"] = p.command;
@@ -289,7 +311,26 @@ ojson status_json(const StatusData& data) {
       pj["sm_util_percent"] = opt(p.sm_util);
       pj["cpu_percent"] = opt(p.cpu_percent);
       pj["rss_bytes"] = opt(p.rss_bytes);
-    });
+    };
+    j["processes"] = processes_json(g.processes, fill);
+    j["mig_mode"] = opt(d.mig_mode);
+    j["mig_devices"] = ojson::array();
+    for (const auto& m : g.mig) {
+      const auto& md = m.device;
+      ojson mj;
+      mj["index"] = md.index;
+      mj["uuid"] = md.uuid;
+      mj["name"] = md.name;
+      mj["profile"] = md.profile;
+      mj["gpu_instance_id"] = opt(md.gpu_instance_id);
+      mj["compute_instance_id"] = opt(md.compute_instance_id);
+      mj["util_gpu_percent"] = opt(md.util_gpu);
+      mj["mem_used_bytes"] = opt(md.mem_used_bytes);
+      mj["mem_total_bytes"] = opt(md.mem_total_bytes);
+      mj["error"] = opt(md.error);
+      mj["processes"] = processes_json(m.processes, fill);
+      j["mig_devices"].push_back(std::move(mj));
+    }
     o["gpus"].push_back(std::move(j));
   }
   add_node_fields(o, data);
@@ -336,7 +377,7 @@ ojson gpustat_json(const StatusData& data, const GpustatOptions&) {
     j["enforced.power.limit"] = opt_int(d.power_limit_w);
     j["memory.used"] = opt(mib(d.mem_used_bytes));
     j["memory.total"] = opt(mib(d.mem_total_bytes));
-    j["processes"] = d.error ? ojson() : processes_json(g, [](ojson& pj, const ProcessRow& p) {
+    auto fill = [](ojson& pj, const ProcessRow& p) {
       pj["username"] = opt(p.user);
       pj["command"] = p.command;
       pj["full_command"] = p.full_command;
@@ -344,8 +385,32 @@ ojson gpustat_json(const StatusData& data, const GpustatOptions&) {
       pj["cpu_percent"] = opt(p.cpu_percent);
       pj["cpu_memory_usage"] = opt(p.rss_bytes);
       pj["pid"] = p.pid;
-    });
+    };
+    j["processes"] = d.error ? ojson() : processes_json(g.processes, fill);
     if (d.error) j["error"] = *d.error;
+    // gpustat has no MIG output (its issue #102): sonde's own key, only on a GPU in MIG mode,
+    // one object per MIG device in gpustat's key style. Utilisation is null where the driver
+    // does not give it (MIG devices), never 0.
+    if (!d.error && d.mig_mode.value_or(false)) {
+      ojson list = ojson::array();
+      for (const auto& m : g.mig) {
+        const auto& md = m.device;
+        ojson mj;
+        mj["index"] = md.index;
+        mj["uuid"] = md.uuid;
+        mj["name"] = md.name;
+        mj["profile"] = md.profile;
+        mj["gpu_instance_id"] = opt(md.gpu_instance_id);
+        mj["compute_instance_id"] = opt(md.compute_instance_id);
+        mj["utilization.gpu"] = opt_int(md.util_gpu);
+        mj["memory.used"] = opt(mib(md.mem_used_bytes));
+        mj["memory.total"] = opt(mib(md.mem_total_bytes));
+        mj["processes"] = processes_json(m.processes, fill);
+        if (md.error) mj["error"] = *md.error;
+        list.push_back(std::move(mj));
+      }
+      j["mig_devices"] = std::move(list);
+    }
     add_fields(j, g.fields);
     o["gpus"].push_back(std::move(j));
   }
@@ -402,23 +467,66 @@ std::string status_text(const StatusData& data, StatusHooks& hooks, bool color) 
         line += " | processes: not supported";
       else if (g.processes->empty())
         line += " | no processes";
+      if (d.mig_mode.value_or(false))
+        line += fmt::format(" | MIG on, {} device{}", g.mig.size(), g.mig.size() == 1 ? "" : "s");
     }
     for (const auto& f : g.fields) line += fmt::format("  {}={}", f.key, f.text);
     out += hooks.repr_gpu(g, line) + "\n";
-    if (!g.processes) continue;
-    for (std::size_t i = 0; i < g.processes->size(); ++i) {
-      const auto& p = (*g.processes)[i];
+    auto process_line = [&](const std::string& indent, bool last, const ProcessRow& p) {
       std::string cmd;
       for (const auto& a : p.full_command) cmd += (cmd.empty() ? "" : " ") + a;
       std::string pl = fmt::format(
-          "    {} {}{:<10}{} {:>7} {}{:>9}{} gpu mem  {:>4} % cpu  {:>9} rss  {}{}{}",
-          i + 1 == g.processes->size() ? "└─" : "├─", c(Palette::gray), p.user.value_or("??"),
-          c(Palette::reset), p.pid, c(Palette::yellow), human_bytes(p.gpu_memory_bytes),
-          c(Palette::reset), int_or_unknown(p.cpu_percent), human_bytes(p.rss_bytes),
-          c(Palette::cyan), cmd.size() > 60 ? cmd.substr(0, 59) + "…" : cmd, c(Palette::reset));
+          "{}{} {}{:<10}{} {:>7} {}{:>9}{} gpu mem  {:>4} % cpu  {:>9} rss  {}{}{}", indent,
+          last ? "└─" : "├─", c(Palette::gray), p.user.value_or("??"), c(Palette::reset), p.pid,
+          c(Palette::yellow), human_bytes(p.gpu_memory_bytes), c(Palette::reset),
+          int_or_unknown(p.cpu_percent), human_bytes(p.rss_bytes), c(Palette::cyan),
+          cmd.size() > 60 ? cmd.substr(0, 59) + "…" : cmd, c(Palette::reset));
       if (p.sm_util) pl += fmt::format("  sm={}%", int_or_unknown(p.sm_util));
       for (const auto& f : p.fields) pl += fmt::format("  {}={}", f.key, f.text);
       out += hooks.repr_process(g, p, pl) + "\n";
+    };
+    // In MIG mode a process is shown under the MIG device it runs on; the GPU's own list keeps
+    // the others (none, usually).
+    std::vector<const ProcessRow*> own;
+    if (g.processes)
+      for (const auto& p : *g.processes) {
+        const bool on_mig = std::any_of(g.mig.begin(), g.mig.end(), [&](const MigRow& m) {
+          return m.processes && std::any_of(m.processes->begin(), m.processes->end(),
+                                            [&](const ProcessRow& q) { return q.pid == p.pid; });
+        });
+        if (!on_mig) own.push_back(&p);
+      }
+    const std::size_t children = own.size() + g.mig.size();
+    for (std::size_t i = 0; i < own.size(); ++i) process_line("    ", i + 1 == children, *own[i]);
+    for (std::size_t k = 0; k < g.mig.size(); ++k) {
+      const MigRow& m = g.mig[k];
+      const auto& md = m.device;
+      const bool last = own.size() + k + 1 == children;
+      std::string ml = fmt::format(
+          "    {} {}MIG {:<8}{} GI {:>2} CI {:>2}", last ? "└─" : "├─", c(Palette::blue),
+          md.profile.empty() ? md.name : md.profile, c(Palette::reset),
+          md.gpu_instance_id ? std::to_string(*md.gpu_instance_id) : "??",
+          md.compute_instance_id ? std::to_string(*md.compute_instance_id) : "??");
+      if (md.error) {
+        ml += fmt::format(" | {}{}{}", c(Palette::bold_red), *md.error, c(Palette::reset));
+      } else {
+        ml +=
+            fmt::format(" | {}{:>3}{} util | {}{:>9}{} / {:>9}", c(Palette::green),
+                        md.util_gpu ? int_or_unknown(md.util_gpu) + " %" : "n/a", c(Palette::reset),
+                        c(Palette::bold_yellow), human_bytes(md.mem_used_bytes), c(Palette::reset),
+                        human_bytes(md.mem_total_bytes));
+        if (!m.processes)
+          ml += " | processes: not supported";
+        else if (m.processes->empty())
+          ml += " | no processes";
+        else
+          ml += fmt::format(" | {} process{}", m.processes->size(),
+                            m.processes->size() == 1 ? "" : "es");
+      }
+      out += ml + "\n";
+      if (!m.processes) continue;
+      for (std::size_t i = 0; i < m.processes->size(); ++i)
+        process_line(last ? "       " : "    │  ", i + 1 == m.processes->size(), (*m.processes)[i]);
     }
   }
   out += hooks.print_footer();

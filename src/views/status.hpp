@@ -43,10 +43,18 @@ struct ProcessRow {
   std::string text_cache;         ///< scratch for the C accessors (process_field)
 };
 
+/// One MIG device of a GPU in MIG mode and its processes (the same rows as the GPU's, plugin
+/// fields included).
+struct MigRow {
+  gpu::MigDevice device;                             ///< its `processes` are moved out
+  std::optional<std::vector<ProcessRow>> processes;  ///< nullopt: not supported
+};
+
 struct GpuRow {
-  gpu::GpuDevice device;
+  gpu::GpuDevice device;                             ///< its `processes` and `mig` are moved out
   std::optional<std::vector<ProcessRow>> processes;  ///< nullopt: not supported
   std::vector<Field> fields;
+  std::vector<MigRow> mig;  ///< MIG mode on: its MIG devices (device.mig_mode tells the mode)
 };
 
 /// What plugins add to the node, per plugin name (the JSON object "<plugin>": {…}).

@@ -116,7 +116,8 @@ Snapshot Collector::collect() {
     const std::string key =
         g.device.uuid.empty() ? g.device.vendor + std::to_string(g.device.index) : g.device.uuid;
     auto& h = history_[key];
-    if (!g.device.error) h.push_back(g.device.util_gpu.value_or(0));
+    // No sample where the driver gives none (a GPU in MIG mode): never drawn as 0.
+    if (!g.device.error && g.device.util_gpu) h.push_back(*g.device.util_gpu);
     while (h.size() > options_.history) h.pop_front();
     s.gpu_history.emplace_back(h.begin(), h.end());
   }
@@ -206,35 +207,55 @@ Snapshot Collector::collect() {
     r.rss_bytes = st->rss_bytes;
     if (same && dt > 0 && st->cpu_ticks >= k.cpu_ticks)
       r.cpu_percent = static_cast<double>(st->cpu_ticks - k.cpu_ticks) / clk_tck_ / dt * 100.0;
+    // What costs most per process is read only where it can have changed, and at least every
+    // kRereadEvery refreshes (staggered by pid): Pss when the RSS changed, the I/O counters when
+    // the process ran (its CPU ticks grew) or waits on I/O (state D).
+    const bool turn = (refresh_ + static_cast<std::uint64_t>(pid)) % kRereadEvery == 0;
+    const bool ran = !same || st->cpu_ticks != k.cpu_ticks || st->state == 'D';
     k.cpu_ticks = st->cpu_ticks;
     // Pss: shared pages counted once (not for kernel threads, which map nothing).
     if (st->rss_bytes == 0) r.pss_bytes = 0;  // nothing mapped: 0, not unknown
     if (st->rss_bytes > 0 && !k.pss_denied) {
-      auto text = read_file(dir + "/smaps_rollup");
-      if (text) {
-        if (auto p = procfs::parse_pid_smaps_rollup(*text)) r.pss_bytes = p->pss_bytes;
-      } else if (denied(text.error())) {
-        k.pss_denied = true;
+      if (!k.pss || k.pss_rss != st->rss_bytes || turn) {
+        auto text = read_file(dir + "/smaps_rollup");
+        if (text) {
+          if (auto p = procfs::parse_pid_smaps_rollup(*text)) {
+            k.pss = p->pss_bytes;
+            k.pss_rss = st->rss_bytes;
+          }
+        } else if (denied(text.error())) {
+          k.pss_denied = true;
+          k.pss.reset();
+        }
       }
+      r.pss_bytes = k.pss;
     }
     if (!k.io_denied) {
-      auto text = read_file(dir + "/io");
-      if (text) {
-        if (auto io = procfs::parse_pid_io(*text)) {
-          if (same && k.io && dt > 0) {
-            r.read_bps = static_cast<double>(io->read_bytes >= k.io->read_bytes
-                                                 ? io->read_bytes - k.io->read_bytes
-                                                 : 0) /
-                         dt;
-            r.write_bps = static_cast<double>(io->write_bytes >= k.io->write_bytes
-                                                  ? io->write_bytes - k.io->write_bytes
-                                                  : 0) /
-                          dt;
+      if (!k.io || ran || turn) {
+        auto text = read_file(dir + "/io");
+        if (text) {
+          if (auto io = procfs::parse_pid_io(*text)) {
+            // Over the time since the counters were last read (one refresh, or a few for a
+            // process that did not run meanwhile).
+            const double span = now - k.io_time;
+            if (same && k.io && span > 0) {
+              r.read_bps = static_cast<double>(io->read_bytes >= k.io->read_bytes
+                                                   ? io->read_bytes - k.io->read_bytes
+                                                   : 0) /
+                           span;
+              r.write_bps = static_cast<double>(io->write_bytes >= k.io->write_bytes
+                                                    ? io->write_bytes - k.io->write_bytes
+                                                    : 0) /
+                            span;
+            }
+            k.io = *io;
+            k.io_time = now;
           }
-          k.io = *io;
+        } else if (denied(text.error())) {
+          k.io_denied = true;
         }
-      } else if (denied(text.error())) {
-        k.io_denied = true;
+      } else if (same && dt > 0) {
+        r.read_bps = r.write_bps = 0.0;  // it did not run since the last refresh
       }
     }
     s.threads += static_cast<std::size_t>(std::max(0L, st->num_threads));
@@ -243,6 +264,7 @@ Snapshot Collector::collect() {
     seen.emplace(pid, std::move(k));
   }
   known_ = std::move(seen);
+  ++refresh_;
 
   // GPU figures and the plugins' fields of the GPU processes.
   std::unordered_map<int, std::size_t> at;

@@ -114,6 +114,35 @@ std::string cell(const DisplayRow& d, SortKey key, bool grouped) {
 
 }  // namespace
 
+std::string mig_line(const status::MigRow& m) {
+  const auto& md = m.device;
+  std::string l =
+      fmt::format("    └ MIG {:<8} GI {:>2} CI {:>2}", md.profile.empty() ? md.name : md.profile,
+                  md.gpu_instance_id ? std::to_string(*md.gpu_instance_id) : "??",
+                  md.compute_instance_id ? std::to_string(*md.compute_instance_id) : "??");
+  if (md.error) return l + "  " + *md.error;
+  // NVML gives no utilisation for a MIG device: "n/a", never 0.
+  l += " " + meter(" util", md.util_gpu.value_or(0),
+                   md.util_gpu ? fmt::format("{:.0f}%", *md.util_gpu) : "n/a", 18);
+  if (md.mem_used_bytes && md.mem_total_bytes && *md.mem_total_bytes > 0)
+    l += " " + meter("mem",
+                     100.0 * static_cast<double>(*md.mem_used_bytes) /
+                         static_cast<double>(*md.mem_total_bytes),
+                     short_bytes(static_cast<double>(*md.mem_used_bytes)) + "/" +
+                         short_bytes(static_cast<double>(*md.mem_total_bytes)),
+                     22);
+  else
+    l += " mem[" + status::human_bytes(md.mem_used_bytes) + "]";
+  if (!m.processes) return l + "  processes: not supported";
+  l += fmt::format("  {} proc", m.processes->size());
+  std::string pids;
+  for (std::size_t k = 0; k < m.processes->size() && k < 8; ++k)
+    pids += (pids.empty() ? "" : ",") + std::to_string((*m.processes)[k].pid);
+  if (m.processes->size() > 8) pids += ",…";
+  if (!pids.empty()) l += " (pid " + pids + ")";
+  return l;
+}
+
 std::vector<Column> layout_columns(const std::vector<DisplayRow>& rows, const ViewState& v,
                                    int width) {
   const bool grouped = v.group != GroupBy::none;
@@ -269,7 +298,10 @@ std::vector<Line> render_header(const Snapshot& s, int width) {
       add(head + "  " + *d.error, Style::gpu_lost);
       continue;
     }
-    const std::string util = d.util_gpu ? fmt::format("{:.0f}%", *d.util_gpu) : "??";
+    // A GPU in MIG mode has no utilisation of its own (the driver's N/A), as its MIG devices.
+    const std::string util = d.util_gpu                   ? fmt::format("{:.0f}%", *d.util_gpu)
+                             : d.mig_mode.value_or(false) ? "n/a"
+                                                          : "??";
     std::string l = head + " " + meter(" util", d.util_gpu.value_or(0), util, 18);
     if (d.mem_used_bytes && d.mem_total_bytes && *d.mem_total_bytes > 0)
       l += " " + meter("mem",
@@ -287,6 +319,8 @@ std::vector<Line> render_header(const Snapshot& s, int width) {
       if (room > 0) l += "  " + sparkline(s.gpu_history[i], room);
     }
     add(l, Style::gpu);
+    for (const auto& m : s.gpus[i].mig)
+      add(mig_line(m), m.device.error ? Style::gpu_lost : Style::gpu);
   }
   if (s.gpus.empty()) {
     std::string why;

@@ -34,6 +34,9 @@ std::vector<Column> layout_columns(const std::vector<DisplayRow>& rows, const Vi
 /// The column under screen column `x` (click-to-sort).
 std::optional<SortKey> column_at(const std::vector<Column>& columns, int x);
 
+/// A MIG device's header line (under its GPU's): profile, instance ids, utilisation ("n/a" where
+/// the driver gives none), memory, its processes' count and pids.
+std::string mig_line(const status::MigRow& m);
 /// The header lines for `width` code points (>= 40).
 std::vector<Line> render_header(const Snapshot& s, int width);
 /// The column titles, the sort key marked (▼ descending, ▲ ascending).

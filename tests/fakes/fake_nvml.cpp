@@ -1,5 +1,6 @@
 // A fake libnvidia-ml.so.1 driven by a scenario file (README.md). Built twice: with every entry
-// point, and with -DSONDE_FAKE_NO_V3 without the _v3 process calls (an older driver).
+// point, and with -DSONDE_FAKE_NO_V3 without the _v3 process calls and the MIG calls (an older
+// driver).
 #include <unistd.h>
 
 #include <atomic>
@@ -15,7 +16,8 @@
 #include "gpu/nvml_types.hpp"
 
 struct nvmlDevice_st {
-  unsigned index;
+  unsigned index;  ///< the GPU: its entry in "devices"
+  int mig = -1;    ///< a MIG device: its entry in the GPU's "mig_devices"; -1 for the GPU
 };
 
 namespace {
@@ -28,6 +30,7 @@ struct State {
   double loaded_s = 0;  // when the scenario was read (energy_rate_mw)
   json scenario;
   std::vector<nvmlDevice_st> handles;
+  std::vector<std::vector<nvmlDevice_st>> mig_handles;  // per GPU: its MIG devices' handles
   fake::Pids pids;
   std::vector<int> size_failures;             // per device: insufficient-size answers this round
   std::vector<unsigned long long> util_call;  // per device: process-utilisation call count
@@ -62,13 +65,18 @@ nvmlReturn_t code_of(const json& v) {
   return it == names.end() ? NVML_ERROR_UNKNOWN : it->second;
 }
 
-// The scenario's device behind a handle, or the error the call must return.
+// The scenario's device behind a handle (a MIG device's own object for a MIG handle), or the
+// error the call must return. A lost GPU's MIG devices fail as it does.
 nvmlReturn_t device(nvmlDevice_t h, const json*& dev) {
   State& s = state();
   if (!s.initialised) return NVML_ERROR_UNINITIALIZED;
   if (h == nullptr || h->index >= s.handles.size()) return NVML_ERROR_INVALID_ARGUMENT;
   dev = &s.scenario["devices"][h->index];
   if (dev->contains("error")) return code_of((*dev)["error"]);
+  if (h->mig >= 0) {
+    dev = &(*dev)["mig_devices"][static_cast<std::size_t>(h->mig)];
+    if (dev->contains("error")) return code_of((*dev)["error"]);
+  }
   return NVML_SUCCESS;
 }
 
@@ -91,20 +99,32 @@ nvmlReturn_t text(const std::string& value, char* buf, unsigned len) {
 
 constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
 
-// Compute (key "compute_processes") or graphics processes with their pids resolved now.
+// Compute (key "compute_processes") or graphics processes with their pids resolved now. A GPU
+// in MIG mode without its own list lists its MIG devices' processes, with their instance ids.
 std::vector<nvmlProcessInfo_t> processes(const json& dev, const char* key) {
   std::vector<nvmlProcessInfo_t> out;
+  auto add = [&](const json& list, unsigned gi, unsigned ci) {
+    for (const auto& p : list) {
+      int pid = state().pids.resolve(p.value("pid", json(0)));
+      if (pid <= 0) continue;
+      nvmlProcessInfo_t info{};
+      info.pid = static_cast<unsigned>(pid);
+      info.usedGpuMemory = p.contains("used_memory_mib")
+                               ? p["used_memory_mib"].get<unsigned long long>() * kMiB
+                               : sonde::gpu::nvml::kValueNotAvailable;
+      info.gpuInstanceId = gi;
+      info.computeInstanceId = ci;
+      out.push_back(info);
+    }
+  };
+  constexpr unsigned kNone = 0xFFFFFFFFu;  // what NVML puts there outside MIG
   auto it = dev.find(key);
-  if (it == dev.end()) return out;
-  for (const auto& p : *it) {
-    int pid = state().pids.resolve(p.value("pid", json(0)));
-    if (pid <= 0) continue;
-    nvmlProcessInfo_t info{};
-    info.pid = static_cast<unsigned>(pid);
-    info.usedGpuMemory = p.contains("used_memory_mib")
-                             ? p["used_memory_mib"].get<unsigned long long>() * kMiB
-                             : sonde::gpu::nvml::kValueNotAvailable;
-    out.push_back(info);
+  if (it != dev.end()) {
+    add(*it, dev.value("gpu_instance_id", kNone), dev.value("compute_instance_id", kNone));
+  } else if (dev.value("mig_mode", false) && dev.contains("mig_devices")) {
+    for (const auto& m : dev["mig_devices"])
+      if (auto ml = m.find(key); ml != m.end())
+        add(*ml, m.value("gpu_instance_id", kNone), m.value("compute_instance_id", kNone));
   }
   return out;
 }
@@ -159,6 +179,10 @@ nvmlReturn_t list_processes(nvmlDevice_t h, const char* key, unsigned* count, In
     Info info{};
     info.pid = procs[i].pid;
     info.usedGpuMemory = procs[i].usedGpuMemory;
+    if constexpr (sizeof(Info) == sizeof(nvmlProcessInfo_t)) {
+      info.gpuInstanceId = procs[i].gpuInstanceId;
+      info.computeInstanceId = procs[i].computeInstanceId;
+    }
     infos[i] = info;
   }
   *count = static_cast<unsigned>(procs.size());
@@ -186,7 +210,15 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() {
   s.scenario = std::move(scenario);
   if (!s.scenario.contains("devices")) s.scenario["devices"] = json::array();
   const std::size_t n = s.scenario["devices"].size();
-  for (std::size_t i = 0; i < n; ++i) s.handles.push_back(nvmlDevice_st{static_cast<unsigned>(i)});
+  for (std::size_t i = 0; i < n; ++i) {
+    s.handles.push_back(nvmlDevice_st{static_cast<unsigned>(i), -1});
+    s.mig_handles.emplace_back();
+    const json& dev = s.scenario["devices"][i];
+    if (dev.contains("mig_devices"))
+      for (std::size_t k = 0; k < dev["mig_devices"].size(); ++k)
+        s.mig_handles.back().push_back(
+            nvmlDevice_st{static_cast<unsigned>(i), static_cast<int>(k)});
+  }
   s.size_failures.assign(n, 0);
   s.util_call.assign(n, 0);
   s.initialised = true;
@@ -386,5 +418,60 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetProcessUtilizat
   ++state().util_call[h->index];
   return NVML_SUCCESS;
 }
+
+#ifndef SONDE_FAKE_NO_V3  // the older driver has no MIG calls either
+// MIG: "mig_mode" (bool; absent: the GPU has no MIG, NOT_SUPPORTED), "max_mig_devices" (default
+// 7) and "mig_devices" (each: name, uuid, gpu_instance_id, compute_instance_id, memory_*_mib,
+// compute_processes, not_supported, error), listed only while "mig_mode" is true.
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t h,
+                                                                         unsigned* current,
+                                                                         unsigned* pending) {
+  const json* dev = nullptr;
+  if (nvmlReturn_t r = device(h, dev); r != NVML_SUCCESS) return r;
+  if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (h->mig >= 0 || !dev->contains("mig_mode")) return NVML_ERROR_NOT_SUPPORTED;
+  *current = (*dev)["mig_mode"].get<bool>() ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+  *pending = *current;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t h,
+                                                                                   unsigned* n) {
+  const json* dev = nullptr;
+  if (nvmlReturn_t r = device(h, dev); r != NVML_SUCCESS) return r;
+  if (n == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (h->mig >= 0 || !dev->contains("mig_mode")) return NVML_ERROR_NOT_SUPPORTED;
+  *n = dev->value("max_mig_devices", 7u);
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(
+    nvmlDevice_t h, unsigned index, nvmlDevice_t* out) {
+  const json* dev = nullptr;
+  if (nvmlReturn_t r = device(h, dev); r != NVML_SUCCESS) return r;
+  if (out == nullptr || h->mig >= 0) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!dev->value("mig_mode", false)) return NVML_ERROR_INVALID_ARGUMENT;
+  auto& migs = state().mig_handles[h->index];
+  if (index >= migs.size()) return NVML_ERROR_NOT_FOUND;
+  *out = &migs[index];
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    nvmlDevice_t h, nvmlDevice_t* out) {
+  const json* dev = nullptr;
+  if (nvmlReturn_t r = device(h, dev); r != NVML_SUCCESS) return r;
+  if (out == nullptr || h->mig < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  *out = &state().handles[h->index];
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t h,
+                                                                               unsigned* id) {
+  if (h != nullptr && h->mig < 0) return NVML_ERROR_INVALID_ARGUMENT;  // not a MIG device
+  return number(h, "gpu_instance_id", "gpu_instance_id", id);
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t h,
+                                                                                   unsigned* id) {
+  if (h != nullptr && h->mig < 0) return NVML_ERROR_INVALID_ARGUMENT;  // not a MIG device
+  return number(h, "compute_instance_id", "compute_instance_id", id);
+}
+#endif
 
 }  // extern "C"

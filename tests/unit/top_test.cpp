@@ -3,7 +3,12 @@
 // kernel thread), then filter, sort, group, tree and the text it renders.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "views/status_hooks.hpp"
 #include "views/status_plugins/builtin.hpp"
@@ -39,6 +44,69 @@ class TopCollect : public ::testing::Test {
     return c.collect();
   }
 };
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+void replace_in(const std::filesystem::path& p, const std::string& from, const std::string& to) {
+  std::string text = slurp(p);
+  const auto at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << p << ": " << from;
+  text.replace(at, from.size(), to);
+  std::ofstream(p) << text;
+}
+
+// A process that did not run and whose RSS did not change: its Pss and I/O counters are read
+// again only on its turn (every 5th refresh), its I/O rate is 0 in between; a changed RSS makes
+// the Pss be read at once.
+TEST_F(TopCollect, PssAndIoOfAnUnchangedProcessAreReadOnItsTurn) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("top_reread_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::copy(base(), dir, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  status::StatusSettings settings;
+  settings.command = "top";
+  settings.proc_root = (dir / "proc").string();
+  settings.cpu_interval_s = 0;
+  status::StatusHooks hooks({}, settings);
+  gpu::Gpus gpus;
+  CollectOptions o;
+  o.proc_root = (dir / "proc").string();
+  o.sys_root = (dir / "sys").string();
+  Collector c(gpus, hooks, o);
+  c.collect();
+  const fs::path p = dir / "proc" / "4242";
+  replace_in(p / "smaps_rollup", "150000 kB", "160000 kB");
+  replace_in(p / "io", "read_bytes: 4096", "read_bytes: 1052672");  // + 1 MiB
+  Snapshot s = c.collect();
+  const ProcRow* r = find_pid(s.procs, 4242);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->pss_bytes, 150000u * 1024);  // not read again: RSS unchanged
+  EXPECT_EQ(r->read_bps, 0.0);              // did not run: not read, no I/O of its own
+  int refreshes = 1;
+  while (r->pss_bytes == 150000u * 1024 && refreshes < 10) {
+    s = c.collect();
+    r = find_pid(s.procs, 4242);
+    ASSERT_NE(r, nullptr);
+    ++refreshes;
+  }
+  EXPECT_LE(refreshes, 5);
+  EXPECT_EQ(r->pss_bytes, 160000u * 1024);
+  ASSERT_TRUE(r->read_bps.has_value());
+  EXPECT_GT(*r->read_bps, 0.0);  // the MiB, over the time since the counters were read
+  // A changed RSS: the Pss is read at the next refresh.
+  replace_in(p / "smaps_rollup", "160000 kB", "170000 kB");
+  replace_in(p / "statm", "100000 50000 ", "100000 50001 ");
+  s = c.collect();
+  r = find_pid(s.procs, 4242);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->pss_bytes, 170000u * 1024);
+  fs::remove_all(dir);
+}
 
 TEST_F(TopCollect, EveryProcessWithItsUserJobContainerAndNamespacePid) {
   const Snapshot s = collect_twice();
