@@ -148,6 +148,25 @@ bool is_device(std::string_view s) {
 
 }  // namespace
 
+std::vector<int> parse_procs(std::string_view text) {
+  std::vector<int> pids;
+  while (!text.empty()) {
+    const std::size_t eol = std::min(text.find('\n'), text.size());
+    const std::string_view line = text.substr(0, eol);
+    text.remove_prefix(std::min(eol + 1, text.size()));
+    int pid = 0;
+    const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), pid);
+    if (ec == std::errc() && end == line.data() + line.size() && pid > 0) pids.push_back(pid);
+  }
+  return pids;
+}
+
+std::optional<std::vector<int>> member_pids(const std::string& dir) {
+  auto text = read_file(dir + "/cgroup.procs");
+  if (!text) return std::nullopt;
+  return parse_procs(*text);
+}
+
 std::optional<BlockIo> parse_blkio_service_bytes(std::string_view text) {
   BlockIo io;
   const bool ok = each_line_fields(text, [&](const std::vector<std::string_view>& f) {
@@ -323,15 +342,11 @@ std::string RunGroup::remove() {
   for (std::size_t i = dirs_.size(); i-- > 0;) {
     const std::string& dir = dirs_[i];
     // Members still alive (a daemon the command left behind) go back to sonde's own cgroup.
-    if (auto procs = read_file(dir + "/cgroup.procs")) {
+    if (auto pids = member_pids(dir)) {
       const int parent = ::open((parent_dirs_[i] + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
-      std::size_t pos = 0;
-      while (parent >= 0 && pos < procs->size()) {
-        std::size_t eol = procs->find('\n', pos);
-        if (eol == std::string::npos) eol = procs->size();
-        const std::string pid = procs->substr(pos, eol - pos);
-        if (!pid.empty()) (void)!::write(parent, pid.data(), pid.size());
-        pos = eol + 1;
+      for (std::size_t k = 0; parent >= 0 && k < pids->size(); ++k) {
+        const std::string pid = std::to_string((*pids)[k]);
+        (void)!::write(parent, pid.data(), pid.size());
       }
       if (parent >= 0) ::close(parent);
     }

@@ -68,6 +68,12 @@ std::optional<std::uint64_t> stat_value(std::string_view text, std::string_view 
 /// memory.stat: the mapped memory (see Reading::memory_bytes) of a v1 or v2 group.
 std::optional<std::uint64_t> mapped_memory(std::string_view memory_stat, int version);
 
+/// cgroup.procs: the pids it lists, one per line (a line that is not a positive number is left
+/// out).
+std::vector<int> parse_procs(std::string_view text);
+/// The pids in `dir`/cgroup.procs, or nullopt when it cannot be read (the group is gone).
+std::optional<std::vector<int>> member_pids(const std::string& dir);
+
 /// A group's block I/O: bytes its members' bios moved to and from block devices, summed over
 /// devices. Not a level's io_read/io_write (docs/accuracy.md, "I/O"): v1 counts a group's bios
 /// only on a device with a throttle limit set and charges buffered writeback to the root group;

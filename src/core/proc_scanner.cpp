@@ -569,15 +569,10 @@ void ProcScanner::find_job_cgroup() {
 
 bool ProcScanner::holds_no_member(const std::string& dir) const {
   const auto slurm_bit = static_cast<std::uint8_t>(1u << level_index(Level::slurm));
-  auto procs = read_file(dir + "/cgroup.procs");
-  if (!procs) return false;
-  std::size_t pos = 0;
-  while (pos < procs->size()) {
-    std::size_t eol = procs->find('\n', pos);
-    if (eol == std::string::npos) eol = procs->size();
-    const int pid = std::atoi(procs->c_str() + pos);
-    pos = eol + 1;
-    if (pid <= 0 || pid == ::getpid()) continue;
+  const auto pids = cgroup::member_pids(dir);
+  if (!pids) return false;
+  for (const int pid : *pids) {
+    if (pid == ::getpid()) continue;
     // A process the scan does not know yet may be a member: not sonde's alone.
     auto it = entries_.find(pid);
     if (it == entries_.end() || (it->second->level_mask & slurm_bit) != 0) return false;
@@ -596,14 +591,9 @@ bool ProcScanner::holds_no_member(const std::string& dir) const {
 int ProcScanner::foreign_in_job(const std::string& dir, const std::string& skip) const {
   if (!skip.empty() && dir == skip) return 0;
   const auto slurm_bit = static_cast<std::uint8_t>(1u << level_index(Level::slurm));
-  if (auto procs = read_file(dir + "/cgroup.procs")) {
-    std::size_t pos = 0;
-    while (pos < procs->size()) {
-      std::size_t eol = procs->find('\n', pos);
-      if (eol == std::string::npos) eol = procs->size();
-      const int pid = std::atoi(procs->c_str() + pos);
-      pos = eol + 1;
-      if (pid <= 0 || pid == ::getpid() || pid == target_.exclude_pid) continue;
+  if (const auto pids = cgroup::member_pids(dir)) {
+    for (const int pid : *pids) {
+      if (pid == ::getpid() || pid == target_.exclude_pid) continue;
       auto it = entries_.find(pid);
       // Born since the listing: a process of the job, most likely (the next scans see it).
       if (it == entries_.end()) continue;

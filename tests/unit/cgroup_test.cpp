@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -96,6 +97,15 @@ TEST(Cgroup, V2IoStatSumsDevices) {
   EXPECT_EQ(empty->read_bytes + empty->write_bytes, 0u);
   EXPECT_FALSE(parse_io_stat("8:0 rbytes=x\n"));
   EXPECT_FALSE(parse_io_stat("Total 0\n"));
+}
+
+TEST(Cgroup, ProcsListsEachPidOnce) {
+  EXPECT_EQ(parse_procs("4242\n17\n"), (std::vector<int>{4242, 17}));
+  EXPECT_EQ(parse_procs("9"), (std::vector<int>{9}));  // no newline at the end
+  // What a group does not hold: blank lines, signs, text, zero, a number past int.
+  EXPECT_EQ(parse_procs("\n-3\n12x\n0\n99999999999\n5\n"), (std::vector<int>{5}));
+  EXPECT_TRUE(parse_procs("").empty());
+  EXPECT_FALSE(member_pids("/nonexistent/cgroup/dir"));
 }
 
 TEST(Cgroup, ReadsAGroupsDirectory) {
