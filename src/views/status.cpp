@@ -272,6 +272,20 @@ std::string no_gpu_reason(const StatusData& data) {
 
 // ---- sonde's JSON ----
 
+namespace {
+// What names a MIG device, the same in sonde's JSON and in gpustat's.
+ojson mig_identity(const gpu::MigDevice& md) {
+  ojson mj;
+  mj["index"] = md.index;
+  mj["uuid"] = md.uuid;
+  mj["name"] = md.name;
+  mj["profile"] = md.profile;
+  mj["gpu_instance_id"] = opt(md.gpu_instance_id);
+  mj["compute_instance_id"] = opt(md.compute_instance_id);
+  return mj;
+}
+}  // namespace
+
 ojson status_json(const StatusData& data) {
   ojson o;
   o["hostname"] = data.hostname;
@@ -317,13 +331,7 @@ ojson status_json(const StatusData& data) {
     j["mig_devices"] = ojson::array();
     for (const auto& m : g.mig) {
       const auto& md = m.device;
-      ojson mj;
-      mj["index"] = md.index;
-      mj["uuid"] = md.uuid;
-      mj["name"] = md.name;
-      mj["profile"] = md.profile;
-      mj["gpu_instance_id"] = opt(md.gpu_instance_id);
-      mj["compute_instance_id"] = opt(md.compute_instance_id);
+      ojson mj = mig_identity(md);
       mj["util_gpu_percent"] = opt(md.util_gpu);
       mj["mem_used_bytes"] = opt(md.mem_used_bytes);
       mj["mem_total_bytes"] = opt(md.mem_total_bytes);
@@ -395,13 +403,7 @@ ojson gpustat_json(const StatusData& data, const GpustatOptions&) {
       ojson list = ojson::array();
       for (const auto& m : g.mig) {
         const auto& md = m.device;
-        ojson mj;
-        mj["index"] = md.index;
-        mj["uuid"] = md.uuid;
-        mj["name"] = md.name;
-        mj["profile"] = md.profile;
-        mj["gpu_instance_id"] = opt(md.gpu_instance_id);
-        mj["compute_instance_id"] = opt(md.compute_instance_id);
+        ojson mj = mig_identity(md);
         mj["utilization.gpu"] = opt_int(md.util_gpu);
         mj["memory.used"] = opt(mib(md.mem_used_bytes));
         mj["memory.total"] = opt(mib(md.mem_total_bytes));
