@@ -15,6 +15,13 @@
 #include "plugins/plugins.hpp"
 
 namespace sonde::plugins {
+
+#ifdef SONDE_SOURCE_TREE_FALLBACK
+// This source tree's python/ (a build with SONDE_SOURCE_TREE_FALLBACK: CMakeLists.txt writes the
+// definition into generated/source_python_dir.cpp).
+extern const char* const kSourcePythonDir;
+#endif
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -45,8 +52,8 @@ Result<std::string> python_dir() {
     const fs::path shipped = fs::path(exe) / ".." / "share" / "sonde" / "python";
     if (has_bridge(shipped)) return fs::weakly_canonical(shipped).string();
   }
-#ifdef SONDE_SOURCE_PYTHON_DIR
-  if (has_bridge(SONDE_SOURCE_PYTHON_DIR)) return std::string(SONDE_SOURCE_PYTHON_DIR);
+#ifdef SONDE_SOURCE_TREE_FALLBACK
+  if (has_bridge(kSourcePythonDir)) return std::string(kSourcePythonDir);
 #endif
   return make_error(Errc::unavailable,
                     "cannot find the sonde_plugin Python package (set SONDE_PYTHON_DIR to the "

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "support/built_paths.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {

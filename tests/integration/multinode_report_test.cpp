@@ -8,6 +8,7 @@
 
 #include "sinks/run_data.hpp"
 #include "sinks/sqlite.hpp"
+#include "support/built_paths.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/built_paths.hpp"
 #include "support/plugin_run_helpers.hpp"
 #include "support/run_helpers.hpp"
 

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <sonde/plugin.h>
 
+#include "support/built_paths.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {
@@ -206,10 +207,11 @@ TEST_F(SdkInstall, ExamplePluginsBuildOutOfTreeAndWriteTheirColumns) {
   const fs::path build = dir_ / "build-plugins";
   const RunOptions env = isolated_env(dir_);
   const std::vector<std::vector<std::string>> steps = {
-      {SONDE_CMAKE_COMMAND, "-S", SONDE_SOURCE_DIR "/examples/plugins", "-B", build.string(), "-G",
-       SONDE_CMAKE_GENERATOR, "-DCMAKE_PREFIX_PATH=" + prefix_.string(),
-       "-DCMAKE_C_COMPILER=" SONDE_C_COMPILER, "-DCMAKE_CXX_COMPILER=" SONDE_CXX_COMPILER,
-       "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_C_FLAGS=-Werror", "-DCMAKE_CXX_FLAGS=-Werror"},
+      {SONDE_CMAKE_COMMAND, "-S", (std::string(SONDE_SOURCE_DIR) + "/examples/plugins"), "-B",
+       build.string(), "-G", SONDE_CMAKE_GENERATOR, "-DCMAKE_PREFIX_PATH=" + prefix_.string(),
+       std::string("-DCMAKE_C_COMPILER=") + SONDE_C_COMPILER,
+       std::string("-DCMAKE_CXX_COMPILER=") + SONDE_CXX_COMPILER, "-DCMAKE_BUILD_TYPE=Release",
+       "-DCMAKE_C_FLAGS=-Werror", "-DCMAKE_CXX_FLAGS=-Werror"},
       {SONDE_CMAKE_COMMAND, "--build", build.string()},
       {SONDE_CMAKE_COMMAND, "--install", build.string(), "--prefix", prefix_.string()},
   };

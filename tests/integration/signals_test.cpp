@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/built_paths.hpp"
 #include "support/run_helpers.hpp"
 #include "support/signal_case.hpp"
 

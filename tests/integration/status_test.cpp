@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "support/built_paths.hpp"
 #include "support/run_helpers.hpp"
 #include "support/tmux.hpp"
 

@@ -11,6 +11,7 @@
 #include "core/live_summary.hpp"
 #include "core/stored_summary.hpp"
 #include "sinks/run_reader.hpp"
+#include "support/built_paths.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {

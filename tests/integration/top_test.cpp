@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "core/procfs.hpp"
+#include "support/built_paths.hpp"
 #include "support/run_helpers.hpp"
 #include "views/top_render.hpp"
 

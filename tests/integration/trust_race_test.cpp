@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/built_paths.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test {

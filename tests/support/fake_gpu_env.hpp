@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "support/built_paths.hpp"
+
 namespace sonde::test {
 
 class FakeGpuEnv {

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "support/built_paths.hpp"
+
 namespace sonde::test {
 
 inline const std::string kFakeSrun = std::string(SONDE_SOURCE_DIR) + "/tests/multinode/fake_srun";

@@ -1,5 +1,6 @@
 #include "support/run_helpers.hpp"
 
+#include "support/built_paths.hpp"
 #include "support/invariants.hpp"
 
 #include <fcntl.h>

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/built_paths.hpp"
+
 namespace sonde::test {
 
 namespace fs = std::filesystem;

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/built_paths.hpp"
 #include "support/run_helpers.hpp"
 
 namespace sonde::test::slurm {

@@ -1,6 +1,7 @@
 // The cgroup accounts (core/cgroup.hpp) on captured control files: v1 (this machine kind's
 // cpuacct and memory hierarchies) and v2, and a reading of a fixture group's directory.
 #include "core/cgroup.hpp"
+#include "support/built_paths.hpp"
 
 #include <unistd.h>
 

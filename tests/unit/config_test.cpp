@@ -1,5 +1,6 @@
 // Configuration: defaults, layering of files, dump/reload, and one test per kind of bad file.
 #include "core/config.hpp"
+#include "support/built_paths.hpp"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>  // mkdtemp, setenv

@@ -21,6 +21,7 @@
 #include "core/engine.hpp"
 #include "core/rapl.hpp"
 #include "sinks/prometheus.hpp"
+#include "support/built_paths.hpp"
 
 namespace sonde {
 namespace {

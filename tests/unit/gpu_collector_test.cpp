@@ -9,6 +9,7 @@
 
 #include "core/collector.hpp"
 #include "core/handlers.hpp"
+#include "support/built_paths.hpp"
 
 namespace sonde {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "cli/serve_gpus.hpp"
 #include "gpu/gpu.hpp"
+#include "support/built_paths.hpp"
 #include "support/fake_gpu_env.hpp"
 #include "views/status.hpp"
 #include "views/status_hooks.hpp"

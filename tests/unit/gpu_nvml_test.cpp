@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu/gpu.hpp"
+#include "support/built_paths.hpp"
 #include "support/fake_gpu_env.hpp"
 
 namespace sonde::gpu {

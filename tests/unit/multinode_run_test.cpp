@@ -13,6 +13,7 @@
 
 #include "sinks/run_data.hpp"
 #include "sinks/zip_reader.hpp"
+#include "support/built_paths.hpp"
 #include "views/report.hpp"
 
 namespace sonde {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "plugins/plugins.hpp"
+#include "support/built_paths.hpp"
 
 namespace sonde {
 namespace {

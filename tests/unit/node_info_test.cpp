@@ -1,6 +1,7 @@
 // discover_node_info / discover_target on the fixture trees under tests/fixtures/tree_*/ and,
 // as a smoke test, on this machine's /proc.
 #include "core/node_info.hpp"
+#include "support/built_paths.hpp"
 
 #include <sched.h>
 #include <unistd.h>

@@ -23,6 +23,7 @@
 #include "plugins/plugins.hpp"
 #include "plugins/process_collector.hpp"
 #include "plugins/protocol.hpp"
+#include "support/built_paths.hpp"
 
 namespace sonde::plugins {
 namespace {

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "core/fs.hpp"
+#include "support/built_paths.hpp"
 
 namespace sonde::procfs {
 namespace {

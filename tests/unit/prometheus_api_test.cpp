@@ -12,6 +12,7 @@
 
 #include "http/client.hpp"
 #include "http/prometheus_api.hpp"
+#include "support/built_paths.hpp"
 #include "views/prom_jobstats.hpp"
 
 namespace {

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "sinks/prometheus_owners.hpp"
+#include "support/built_paths.hpp"
 
 namespace sonde::prom {
 namespace {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "sinks/run_data.hpp"
+#include "support/built_paths.hpp"
 #include "views/report.hpp"
 #include "views/report_assets.hpp"
 #include "views/report_charts.hpp"

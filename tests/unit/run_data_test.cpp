@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/gzip.hpp"
+#include "support/built_paths.hpp"
 
 namespace sonde {
 namespace {

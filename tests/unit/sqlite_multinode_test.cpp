@@ -12,6 +12,7 @@
 
 #include "sinks/run_data.hpp"
 #include "sinks/sqlite.hpp"
+#include "support/built_paths.hpp"
 #include "support/sqlite_helpers.hpp"
 
 namespace sonde {

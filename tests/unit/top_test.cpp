@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "support/built_paths.hpp"
 #include "views/status_hooks.hpp"
 #include "views/status_plugins/builtin.hpp"
 #include "views/top_collect.hpp"
