@@ -35,6 +35,10 @@ CgroupLayout CgroupLayout::discover(const Roots& roots) {
         if (m.v2) {
           if (!l.v2) l.v2 = std::move(out);
         } else if (!m.controllers.empty()) {
+          // A later mount on the same mount point covers the earlier one (a subtree bind-mounted
+          // over the hierarchy, as in a container or a node of tests/slurm/cluster --cgroup):
+          // only the later one's files are there.
+          std::erase_if(l.v1, [&](const Mount& e) { return e.dir == out.dir; });
           l.v1.push_back(std::move(out));
         }
       }
@@ -86,6 +90,22 @@ JobCgroup job_cgroup_of(std::string_view cgroup_text, const CgroupLayout& layout
     return true;
   });
   return cg;
+}
+
+void complete_job_cgroup(JobCgroup& cg, const CgroupLayout& layout) {
+  if (cg.path.empty()) return;
+  for (const auto& m : layout.v1) {
+    const bool cpuset = cg.cpuset.empty() && has(m.controllers, "cpuset");
+    const bool memory = cg.memory.empty() && has(m.controllers, "memory");
+    const bool cpuacct = cg.cpuacct.empty() && has(m.controllers, "cpuacct");
+    if (!cpuset && !memory && !cpuacct) continue;
+    const std::string dir = dir_in(m, cg.path);
+    struct stat st {};
+    if (dir.empty() || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (cpuset) cg.cpuset = dir;
+    if (memory) cg.memory = dir;
+    if (cpuacct) cg.cpuacct = dir;
+  }
 }
 
 }  // namespace sonde

@@ -42,4 +42,10 @@ struct JobCgroup {
 /// The job cgroup directories of a process from its /proc/<pid>/cgroup text.
 JobCgroup job_cgroup_of(std::string_view cgroup_text, const CgroupLayout& layout);
 
+/// Fills in the v1 directories `cg` (found from one process) lacks, by the job's path, where that
+/// directory exists: Slurm makes the same `…/job_<id>` path in every hierarchy it uses, and a
+/// process of the job can be in it in some only (on a v1 node, slurmstepd is in the step's freezer
+/// and cpuset cgroups, while jobacct_gather/cgroup puts only the tasks into cpuacct and memory).
+void complete_job_cgroup(JobCgroup& cg, const CgroupLayout& layout);
+
 }  // namespace sonde

@@ -479,7 +479,11 @@ void ProcScanner::find_job_cgroup() {
     auto text = read_file(roots_.proc + "/" + std::to_string(p.pid) + "/cgroup");
     if (!text) continue;
     if (slurm_job_from_cgroup(*text) != target_.slurm_job) continue;
-    job = job_cgroup_of(*text, CgroupLayout::discover(roots_));
+    const CgroupLayout layout = CgroupLayout::discover(roots_);
+    job = job_cgroup_of(*text, layout);
+    // A member in the job's cgroup of some hierarchies only (slurmstepd on a v1 node, in no
+    // cpuacct cgroup of the job): the job's directories there by its path.
+    complete_job_cgroup(job, layout);
     break;
   }
   if (job.path.empty()) return;  // no member in the job's cgroup yet: look again next scan

@@ -420,7 +420,11 @@ std::string OwnerScanner::user_name(std::uint32_t uid) {
 
 void OwnerScanner::learn_job(int pid, const std::string& job, const std::string& cgroup_text) {
   JobInfo& info = job_info_[job];
-  if (info.cgroup.empty()) info.cgroup = job_cgroup_of(cgroup_text, layout_);
+  if (info.cgroup.empty()) {
+    info.cgroup = job_cgroup_of(cgroup_text, layout_);
+    // Its first process may be in the job's cgroup of some hierarchies only (slurmstepd, v1).
+    complete_job_cgroup(info.cgroup, layout_);
+  }
   if (info.env_read) return;
   // The first of the job's processes whose environment is Slurm's (not slurmstepd's own).
   auto env = read_file(roots_.proc + "/" + std::to_string(pid) + "/environ");

@@ -536,6 +536,90 @@ TEST(ProcScanner, AgentBesideAnotherNonMemberKeepsTheSlurmLevelOnProc) {
       << scanner.job_cgroup_not_used();
 }
 
+// A v1 node of tests/slurm/cluster --cgroup (texts captured on node n2): the node's subtree of
+// each hierarchy is bind-mounted over the machine's, so mountinfo lists each controller twice at
+// the same mount point (the covered mount's root shows as "/.." in the node's cgroup namespace),
+// and slurmstepd, a member of the level by its freezer cgroup, is in no cpuacct cgroup of the job
+// (jobacct_gather/cgroup puts only the tasks there). Defect: the first member found, slurmstepd,
+// gave "the job's cgroup ... is in no cpuacct or unified hierarchy mounted here", and the level
+// stayed on /proc for good.
+TEST(ProcScanner, SlurmLevelFromAV1JobCgroupWhoseFirstMemberIsSlurmstepd) {
+  FakeProc proc;
+  const fs::path sys = fs::path(proc.path()) / "sys";
+  const fs::path cpuacct = sys / "fs/cgroup/cpuacct";
+  const fs::path job = cpuacct / "slurm_n2/uid_0/job_12";
+  fs::create_directories(job / "step_0/task_0");
+  fs::create_directories(job / "step_1/task_0");
+  fs::create_directories(sys / "fs/cgroup/memory/slurm_n2/uid_0/job_12");
+  fs::create_directories(fs::path(proc.path()) / "self");
+  std::ofstream(fs::path(proc.path()) / "self/mountinfo")
+      << "76 75 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+         "77 76 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+         "78 76 0:29 /.. /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct\n"
+         "79 76 0:30 /.. /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset\n"
+         "80 76 0:31 /.. /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+         "81 76 0:32 /.. /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n"
+         "82 76 0:33 /.. /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer\n"
+         "83 76 0:34 / /sys/fs/cgroup/blkio rw,relatime - cgroup cgroup rw,blkio\n"
+         "84 76 0:35 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n"
+         "85 76 0:36 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n"
+         "86 76 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+         "93 82 0:33 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer\n"
+         "94 78 0:29 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct\n"
+         "95 80 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+         "96 79 0:30 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset\n"
+         "97 81 0:32 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n";
+  auto cgroup_text = [](const std::string& freezer, const std::string& cpuacct_path) {
+    return "9:name=systemd:/\n8:pids:/\n7:blkio:/\n6:freezer:" + freezer + "\n5:devices:/\n" +
+           "4:memory:" + cpuacct_path + "\n3:cpuset:/slurm_n2/uid_0/job_12/step_0\n" +
+           "2:cpuacct:" + cpuacct_path + "\n1:cpu:/\n0::/\n";
+  };
+  const std::string stepd = cgroup_text("/slurm_n2/uid_0/job_12", "/");
+  const std::string agent =
+      cgroup_text("/slurm_n2/uid_0/job_12/step_1", "/slurm_n2/uid_0/job_12/step_1/task_0");
+  const std::string task =
+      cgroup_text("/slurm_n2/uid_0/job_12/step_0", "/slurm_n2/uid_0/job_12/step_0/task_0");
+  std::ofstream(fs::path(proc.path()) / "self/cgroup") << agent;
+  auto usage = [](const fs::path& dir, std::uint64_t ns) {
+    std::ofstream(dir / "cpuacct.usage") << ns << "\n";
+    std::ofstream(dir / "cpuacct.usage_percpu") << ns << " 0 \n";
+  };
+  usage(job, 3'000'000'000);
+  usage(job / "step_1/task_0", 200'000'000);
+  std::ofstream(job / "step_1/task_0/cgroup.procs") << "500\n";
+  proc.write(
+      {.pid = 1,
+       .ppid = 0,
+       .comm = "sh",
+       .uid = 0,
+       .cgroup = "9:name=systemd:/\n6:freezer:/\n4:memory:/\n3:cpuset:/\n2:cpuacct:/\n0::/\n"});
+  proc.write({.pid = 90, .ppid = 1, .comm = "slurmstepd", .uid = 0, .cgroup = stepd});
+  proc.write({.pid = 500, .ppid = 90, .comm = "sonde", .uid = 0, .cgroup = agent});
+  TargetInfo target{.pid = 0, .uid = 0, .slurm_job = "12", .exclude_pid = 500};
+  ProcScanner scanner({.proc = proc.path(), .sys = sys.string()}, target,
+                      {false, false, true, true}, {});
+  // slurmstepd alone (the agents' step; the command has not started yet).
+  const auto& first = scanner.scan(1000.0);
+  EXPECT_EQ(members(first, Level::slurm), (std::vector<int>{90}));
+  ASSERT_TRUE(scanner.level_cgroup(Level::slurm)) << scanner.job_cgroup_not_used();
+  EXPECT_EQ(scanner.level_cgroup(Level::slurm).version, 1);
+  EXPECT_EQ(scanner.level_cgroup(Level::slurm).path, "/slurm_n2/uid_0/job_12");
+  EXPECT_EQ(scanner.level_cgroup(Level::slurm).cpu_dir, job.string());
+  EXPECT_EQ(scanner.level_cgroup_minus(Level::slurm)
+                .rfind("sonde's own cgroup /slurm_n2/uid_0/job_12/step_1/task_0", 0),
+            0u)
+      << scanner.level_cgroup_minus(Level::slurm);
+  // The command's task burns 0.6 s; the agent 0.1 s.
+  proc.write({.pid = 100, .ppid = 90, .comm = "burn", .uid = 0, .cgroup = task});
+  std::ofstream(job / "step_0/task_0/cgroup.procs") << "100\n";
+  usage(job, 3'700'000'000);
+  usage(job / "step_1/task_0", 300'000'000);
+  const auto& second = scanner.scan(1001.0);
+  const CgroupDelta& d = second.cgroup[level_index(Level::slurm)];
+  ASSERT_TRUE(d.valid);
+  EXPECT_NEAR(d.cpu_s, 0.6, 1e-9);
+}
+
 // Where the node has no Slurm cgroups, or --no-cgroup: the slurm level comes from /proc and the
 // scanner says why.
 TEST(ProcScanner, SlurmLevelWithoutJobCgroupsSaysWhy) {
