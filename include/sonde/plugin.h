@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 #define SONDE_ABI_MAJOR 1u
-#define SONDE_ABI_MINOR 1u /* 1.1: SONDE_CAP_STATUS */
+#define SONDE_ABI_MINOR 2u /* 1.1: SONDE_CAP_STATUS; 1.2: sonde_status_v1.host_processes */
 
 /** Name of the exported entry function. */
 #define SONDE_PLUGIN_ENTRY_NAME "sonde_plugin_entry"
@@ -256,7 +256,15 @@ typedef struct sonde_status_v1 {
                        const sonde_status_process* process, sonde_status_text* text);
   void (*print_header)(void* self, sonde_status* s, sonde_status_text* text);
   void (*print_footer)(void* self, sonde_status* s, sonde_status_text* text);
-  void* reserved[8];
+  /** ABI 1.2, `sonde top`: once per refresh, with every process of its table (GPU or not, in no
+   * particular order), so the plugin can add fields to any process (process_set_*; they appear as
+   * columns). Read a process with process_pid/user/command/field; process_gpu_memory answers 0
+   * for a process that holds no GPU memory. Called after get_process_info of the GPU processes.
+   * Keep it cheap: `top` may list 10,000 processes each second. The host calls it only for a
+   * plugin whose abi_minor is 2 or more (before 1.2 this slot was reserved). May be NULL. */
+  void (*host_processes)(void* self, sonde_status* s, sonde_status_process* const* processes,
+                         size_t count);
+  void* reserved[7];
 } sonde_status_v1;
 
 /** The table returned by the entry function. Static and const: the host never frees it. */

@@ -24,6 +24,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -272,7 +273,8 @@ struct Adapter {
     return &sonde_plugin_table_;                                                           \
   }
 
-// ---- Status plugins (ABI 1.1, SONDE_CAP_STATUS): hooks of `sonde status` / `sonde gpustat` ----
+// ---- Status plugins (ABI 1.1, SONDE_CAP_STATUS): hooks of `sonde status`, `gpustat` and `top`
+// ----
 //
 //   class Team : public sonde::sdk::StatusPlugin {
 //    public:
@@ -284,6 +286,8 @@ struct Adapter {
 //     }
 //   };
 //   SONDE_STATUS_PLUGIN(Team, "team", "team of each GPU process", 10)
+//
+// host_processes (ABI 1.2) gives `sonde top`'s every process, GPU or not, once per refresh.
 //
 // An exception thrown by configure() is a usage error (its message is printed, sonde exits 2);
 // one thrown by any other hook is logged as a warning and the command goes on.
@@ -404,6 +408,9 @@ class StatusPlugin {
   virtual void repr_process(Status&, const Gpu&, const Process&, Text&) {}
   virtual void print_header(Status&, Text&) {}
   virtual void print_footer(Status&, Text&) {}
+  /// `sonde top` (ABI 1.2): every process of its table, once per refresh. Left out of the
+  /// plugin's table unless the class overrides it, so a plugin without it costs `top` nothing.
+  virtual void host_processes(Status&, std::vector<Process>&) {}
 };
 
 namespace detail {
@@ -525,6 +532,19 @@ struct StatusAdapter {
       i->plugin.print_footer(x, text);
     });
   }
+  static void host_processes(void* self, sonde_status* s, sonde_status_process* const* p,
+                             size_t n) {
+    auto* i = in(self);
+    guard(i, s, "host_processes", [&] {
+      Status x = st(i, s);
+      std::vector<Process> procs;
+      procs.reserve(n);
+      for (size_t k = 0; k < n; ++k) procs.emplace_back(i->api, p[k]);
+      i->plugin.host_processes(x, procs);
+    });
+  }
+  static constexpr bool kHostProcesses =
+      !std::is_same_v<decltype(&T::host_processes), decltype(&StatusPlugin::host_processes)>;
   static const sonde_status_v1* table() {
     static const sonde_status_v1 t = {sizeof(sonde_status_v1),
                                       &create,
@@ -539,6 +559,7 @@ struct StatusAdapter {
                                       &repr_process,
                                       &print_header,
                                       &print_footer,
+                                      kHostProcesses ? &host_processes : nullptr,
                                       {}};
     return &t;
   }

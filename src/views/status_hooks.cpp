@@ -307,7 +307,7 @@ std::vector<StatusPluginRef> find_status_plugins(const std::vector<std::string>&
         continue;
       }
       out.push_back(StatusPluginRef{name, p->description ? p->description : "", p->priority,
-                                    f.string(), table});
+                                    f.string(), table, p->abi_minor});
     }
   }
   return out;
@@ -360,9 +360,12 @@ struct StatusHooks::HookArgs {
   StatusData data;      ///< node_fields only (what set_string/set_number write)
   GpuRow gpu;
   ProcessRow process;
+  std::vector<ProcessRow> processes;  ///< host_processes: every process of top's table
   sonde_status_text text;
   sonde_status_gpu g;
   sonde_status_process p;
+  std::vector<sonde_status_process> ps;  ///< handles of `processes` (no GPU)
+  std::vector<sonde_status_process*> pps;
   int rc = 0;  ///< configure()'s answer
   std::string error;
 
@@ -372,6 +375,7 @@ struct StatusHooks::HookArgs {
         data(o.data),
         gpu(o.gpu),
         process(o.process),
+        processes(o.processes),
         text(o.text),
         rc(o.rc),
         error(o.error) {
@@ -382,6 +386,7 @@ struct StatusHooks::HookArgs {
     data = std::move(o.data);
     gpu = std::move(o.gpu);
     process = std::move(o.process);
+    processes = std::move(o.processes);
     text = std::move(o.text);
     rc = o.rc;
     error = std::move(o.error);
@@ -393,6 +398,12 @@ struct StatusHooks::HookArgs {
     g.row = &gpu;
     p.gpu = &gpu;
     p.row = &process;
+    ps.resize(processes.size());
+    pps.resize(processes.size());
+    for (std::size_t k = 0; k < processes.size(); ++k) {
+      ps[k] = sonde_status_process{nullptr, &processes[k]};
+      pps[k] = &ps[k];
+    }
   }
 };
 
@@ -526,6 +537,30 @@ void StatusHooks::after_query(StatusData& data) {
     if (t.after_query) t.after_query(self, &a.status);
   });
   data.node_fields = std::move(args.data.node_fields);
+}
+
+bool StatusHooks::has_host_processes() const {
+  return std::any_of(instances_.begin(), instances_.end(), [](const Instance& in) {
+    return !in.hung && in.ref.abi_minor >= 2 && in.ref.table->host_processes != nullptr;
+  });
+}
+
+void StatusHooks::host_processes(StatusData& data, std::vector<ProcessRow>& processes) {
+  HookArgs args(*status_);
+  args.data.node_fields = data.node_fields;
+  args.processes = std::move(processes);
+  args.link();
+  for (auto& in : instances_) {
+    if (in.ref.abi_minor < 2 || in.ref.table->host_processes == nullptr) continue;
+    each(
+        "host_processes", args,
+        [](const sonde_status_v1& t, void* self, HookArgs& a) {
+          t.host_processes(self, &a.status, a.pps.data(), a.pps.size());
+        },
+        &in);
+  }
+  data.node_fields = std::move(args.data.node_fields);
+  processes = std::move(args.processes);
 }
 
 std::string StatusHooks::repr_gpu(const GpuRow& gpu, std::string line) {

@@ -37,6 +37,7 @@ struct StatusPluginRef {
   int priority = 0;
   std::string source;  ///< "builtin" or the library's path
   const sonde_status_v1* table = nullptr;
+  unsigned abi_minor = SONDE_ABI_MINOR;  ///< what the plugin was built with (its hooks' slots)
 };
 
 /// The built-in status plugins (src/views/status_plugins/): host, slurm, container.
@@ -80,6 +81,10 @@ class StatusHooks {
   void query_device(StatusData& data, GpuRow& gpu);
   void get_process_info(StatusData& data, GpuRow& gpu, ProcessRow& process);
   void after_query(StatusData& data);
+  /// host_processes (ABI 1.2, `sonde top`): whether a plugin has the hook, and the call: every
+  /// process of top's table at once; what the plugins set lands in each row's `fields`.
+  bool has_host_processes() const;
+  void host_processes(StatusData& data, std::vector<ProcessRow>& processes);
   /// Text hooks: the line as sonde made it in, as the plugins left it out.
   std::string repr_gpu(const GpuRow& gpu, std::string line);
   std::string repr_process(const GpuRow& gpu, const ProcessRow& process, std::string line);

@@ -39,6 +39,15 @@ bool denied(const Error& e) {
   return e.code == Errc::io;
 }
 
+// What `sonde status` calls a process's command: the base name of argv[0]; the kernel's name
+// for a process without a command line (a kernel thread, a zombie).
+std::string argv0_name(const ProcRow& r) {
+  if (r.command.empty() || r.command.front() == '[') return r.comm;
+  std::string first = r.command.substr(0, r.command.find(' '));
+  if (auto slash = first.rfind('/'); slash != std::string::npos) first.erase(0, slash + 1);
+  return first.empty() ? r.comm : first;
+}
+
 }  // namespace
 
 Collector::Collector(gpu::Gpus& gpus, status::StatusHooks& hooks, CollectOptions options)
@@ -81,6 +90,26 @@ void Collector::learn(int pid, const std::string& dir, Known& k) {
       }
   }
   (void)pid;
+}
+
+void Collector::add_plugin_fields(status::StatusData& data, std::vector<ProcRow>& procs) {
+  // Every process to the status plugins that add to all of them (host_processes, ABI 1.2); a
+  // plugin without that hook costs nothing here.
+  if (!hooks_.has_host_processes()) return;
+  std::vector<status::ProcessRow> rows(procs.size());
+  for (std::size_t i = 0; i < procs.size(); ++i) {
+    const ProcRow& r = procs[i];
+    status::ProcessRow& p = rows[i];
+    p.pid = r.pid;
+    p.user = r.user;
+    p.command = argv0_name(r);
+    p.gpu_memory_bytes = r.gpu_mem_bytes;
+    p.cpu_percent = r.cpu_percent;
+    p.rss_bytes = r.rss_bytes;
+    p.fields = r.fields;
+  }
+  hooks_.host_processes(data, rows);
+  for (std::size_t i = 0; i < procs.size(); ++i) procs[i].fields = std::move(rows[i].fields);
 }
 
 Snapshot Collector::collect() {
@@ -282,6 +311,7 @@ Snapshot Collector::collect() {
       for (const auto& f : p.fields) status::set_field(r.fields, f);
     }
   }
+  add_plugin_fields(data, s.procs);
   s.gpus = std::move(data.gpus);
   prev_time_ = now;
   return s;

@@ -50,6 +50,8 @@ class Collector {
   /// refreshes (staggered by pid): 10,000 smaps_rollup walks a second cost more than the rest.
   static constexpr std::uint64_t kRereadEvery = 5;
   void learn(int pid, const std::string& dir, Known& k);
+  /// The status plugins' fields of every process (host_processes, ABI 1.2).
+  void add_plugin_fields(status::StatusData& data, std::vector<ProcRow>& procs);
 
   gpu::Gpus& gpus_;
   status::StatusHooks& hooks_;

@@ -35,7 +35,7 @@ struct ProcRow {
   std::optional<std::uint64_t> gpu_mem_bytes;
   std::optional<double> gpu_sm_percent;  ///< summed over its GPUs
   std::vector<int> gpus;                 ///< indices of the GPUs it uses
-  std::vector<status::Field> fields;     ///< the status plugins' fields (GPU processes)
+  std::vector<status::Field> fields;     ///< the status plugins' fields
   std::size_t count = 1;                 ///< processes in a group row (group_rows)
   /// The memory shown: Pss, else RSS.
   std::uint64_t mem_bytes() const { return pss_bytes.value_or(rss_bytes); }

@@ -513,6 +513,38 @@ RunOptions with_status_plugins(const fs::path& dir, RunOptions o) {
   return o;
 }
 
+// `sonde top` gives every process, GPU or not, to the plugins' host_processes hook (ABI 1.2) in
+// one call per refresh, in priority order; their fields appear on the process's row. `status`
+// never calls it.
+TEST(StatusPlugins, TopGivesEveryProcessToHostProcesses) {
+  const auto dir = scratch_dir();
+  BackgroundProcess child({workload_binary(), "hold", "1", "58.25"});
+  RunOptions o = with_status_plugins(dir, env_for(dir, "/nonexistent/libnvidia-ml.so.1", ""));
+  o.env.emplace_back("SONDE_TEST_STATUS_PIDS", fmt::format("1,{}", child.pid()));
+  sleep_for(0.3);
+  const auto t = sonde({"top", "--once", "--interval", "0.2", "--filter", "hold 1 58.25"}, o);
+  ASSERT_EQ(t.status, 0) << t.describe();
+  std::string row;
+  for (const auto& l : lines_of(t.out))
+    if (l.find("hold 1 58.25") != std::string::npos && l.find(" top ") == std::string::npos)
+      row = l;
+  ASSERT_FALSE(row.empty()) << t.out;
+  EXPECT_NE(row.find(fmt::format("early_pid={}", child.pid())), std::string::npos) << row;
+  EXPECT_NE(row.find(fmt::format("late_pid={}", child.pid())), std::string::npos) << row;
+  // Once per refresh (--once: two refreshes, the first one the CPU baseline), early first.
+  std::vector<std::string> calls;
+  for (const auto& l : lines_of(read_file(dir / "trace.txt")))
+    if (l.find("host_processes") != std::string::npos) calls.push_back(l);
+  ASSERT_FALSE(calls.empty());
+  EXPECT_EQ(calls.front(), "early host_processes");
+  EXPECT_LE(calls.size(), 4u) << "more than one call per plugin and refresh";
+  // `sonde status` has no such hook call.
+  fs::remove(dir / "trace.txt");
+  const auto st = sonde({"status", "--cpu-interval", "0"}, o);
+  ASSERT_EQ(st.status, 0) << st.describe();
+  EXPECT_EQ(read_file(dir / "trace.txt").find("host_processes"), std::string::npos);
+}
+
 TEST(StatusPlugins, OptionAndFieldsThroughTheHooks) {
   const auto dir = scratch_dir();
   const auto o =

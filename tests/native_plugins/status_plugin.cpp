@@ -4,6 +4,8 @@
 // - a field of each GPU ("seen_by_NAME" = its number of processes),
 // - a header line "[NAME] header" and a footer line "[NAME] footer",
 // - " NAME" at the end of each gpustat process entry (repr_process),
+// - in `sonde top` (host_processes, ABI 1.2), "NAME_pid" = the pid of every process whose pid is
+//   listed in $SONDE_TEST_STATUS_PIDS (comma-separated), GPU or not,
 // and appends "NAME HOOK" to the file named by $SONDE_TEST_STATUS_TRACE at every hook, so the
 // tests can check the order of the hooks and of the plugins. configure() refuses the value "bad".
 // $SONDE_TEST_STATUS_HANG (below) makes one hook hang.
@@ -14,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #ifndef STATUS_NAME
 #error STATUS_NAME
@@ -68,6 +71,15 @@ class TestStatus : public sonde::sdk::StatusPlugin {
                     sonde::sdk::Text& t) override {
     trace("repr_process");
     if (s.command() == "gpustat") t.append(" " STATUS_NAME);
+  }
+  void host_processes(sonde::sdk::Status&, std::vector<sonde::sdk::Process>& ps) override {
+    trace("host_processes");
+    const char* pids = std::getenv("SONDE_TEST_STATUS_PIDS");
+    if (pids == nullptr) return;
+    const std::string list = std::string(",") + pids + ",";
+    for (auto& p : ps)
+      if (list.find("," + std::to_string(p.pid()) + ",") != std::string::npos)
+        p.set(STATUS_NAME "_pid", static_cast<double>(p.pid()));
   }
   void print_header(sonde::sdk::Status&, sonde::sdk::Text& t) override {
     trace("print_header");
