@@ -108,8 +108,14 @@ StatusData query_status(gpu::Gpus& gpus, StatusHooks& hooks, const QueryOptions&
         pr.gpu_memory_bytes = p.used_memory_bytes;
         pr.sm_util = p.sm_util;
         auto it = procs.find(p.pid);
-        if (it == procs.end())
-          it = procs.emplace(p.pid, read_proc_info(options.proc_root, p.pid)).first;
+        if (it == procs.end()) {
+          std::optional<ProcInfo> known;
+          if (options.known_process) known = options.known_process(p.pid);
+          it = procs
+                   .emplace(p.pid,
+                            known ? std::move(*known) : read_proc_info(options.proc_root, p.pid))
+                   .first;
+        }
         const ProcInfo& info = it->second;
         pr.user = info.user;
         pr.command = info.command;
