@@ -59,27 +59,6 @@ struct GuardedAnswer {
   std::string error;
 };
 
-// Raises the soft open-file limit to the hard one (sonde keeps /proc files open across ticks)
-// and returns how many files the scanner may keep open: the limit less `reserved` (what another
-// part of sonde holds, e.g. serve's connections) and 256 for sinks, plugins and per-tick opens.
-// Only sonde's own limit changes; `sonde run` spawns its command before this is called, so the
-// command keeps the limit it was given.
-std::size_t fd_budget(std::size_t reserved) {
-  rlimit rl{};
-  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 512;
-  if (rl.rlim_cur < rl.rlim_max) {
-    rlimit raised = rl;
-    raised.rlim_cur = rl.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
-  }
-  const rlim_t reserve = 256 + static_cast<rlim_t>(reserved);
-  if (rl.rlim_cur == RLIM_INFINITY) return std::size_t{1} << 20;
-  if (rl.rlim_cur > 2 * reserve) return static_cast<std::size_t>(rl.rlim_cur - reserve);
-  // A low limit: half of what is left after the others' share (none when nothing is left).
-  return rl.rlim_cur > static_cast<rlim_t>(reserved)
-             ? static_cast<std::size_t>(rl.rlim_cur - static_cast<rlim_t>(reserved)) / 2
-             : 0;
-}
 }  // namespace
 
 std::string_view state_name(CollectorState s) {
@@ -330,7 +309,7 @@ void Engine::defer_fd_budget() {
 
 void Engine::apply_fd_budget() {
   fd_budget_set_ = true;
-  scanner_->set_fd_budget(fd_budget(opts_.reserved_fds));
+  scanner_->set_fd_budget(open_file_budget(opts_.reserved_fds));
 }
 
 void Engine::set_target_pid(int pid) {

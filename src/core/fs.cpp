@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,6 +66,24 @@ long pread_all(int fd, std::string& buf) {
     buf.resize(buf.size() * 2);
   }
   return static_cast<long>(used);
+}
+
+// `sonde run` spawns its command before this is called: the command keeps the limit it was given.
+std::size_t open_file_budget(std::size_t reserved) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 512;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  const rlim_t reserve = 256 + static_cast<rlim_t>(reserved);
+  if (rl.rlim_cur == RLIM_INFINITY) return std::size_t{1} << 20;
+  if (rl.rlim_cur > 2 * reserve) return static_cast<std::size_t>(rl.rlim_cur - reserve);
+  // A low limit: half of what is left after the others' share (none when nothing is left).
+  return rl.rlim_cur > static_cast<rlim_t>(reserved)
+             ? static_cast<std::size_t>(rl.rlim_cur - static_cast<rlim_t>(reserved)) / 2
+             : 0;
 }
 
 Result<std::vector<std::string>> list_dir(const std::string& path) {

@@ -32,6 +32,12 @@ Result<std::string> read_file(const std::string& path);
 /// Reads into `buf` with pread at offset 0 from an fd kept open; returns bytes read or -errno.
 long pread_all(int fd, std::string& buf);
 
+/// Raises the soft open-file limit to the hard one (sonde keeps /proc files open across ticks)
+/// and returns how many files may be kept open: the limit less `reserved` (what another part of
+/// sonde holds, e.g. serve's connections) and 256 for sinks, plugins and per-tick opens. Only
+/// sonde's own limit changes (a command spawned before keeps the limit it was given).
+std::size_t open_file_budget(std::size_t reserved);
+
 /// Names of the entries of a directory (no "." or ".."), or an error naming it.
 Result<std::vector<std::string>> list_dir(const std::string& path);
 

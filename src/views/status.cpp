@@ -108,8 +108,14 @@ StatusData query_status(gpu::Gpus& gpus, StatusHooks& hooks, const QueryOptions&
         pr.gpu_memory_bytes = p.used_memory_bytes;
         pr.sm_util = p.sm_util;
         auto it = procs.find(p.pid);
-        if (it == procs.end())
-          it = procs.emplace(p.pid, read_proc_info(options.proc_root, p.pid)).first;
+        if (it == procs.end()) {
+          std::optional<ProcInfo> known;
+          if (options.known_process) known = options.known_process(p.pid);
+          it = procs
+                   .emplace(p.pid,
+                            known ? std::move(*known) : read_proc_info(options.proc_root, p.pid))
+                   .first;
+        }
         const ProcInfo& info = it->second;
         pr.user = info.user;
         pr.command = info.command;
@@ -449,18 +455,21 @@ std::string status_text(const StatusData& data, StatusHooks& hooks, bool color) 
     } else {
       const bool hot = d.temperature_c && *d.temperature_c >= 50;
       const bool busy = d.util_gpu && *d.util_gpu >= 30;
+      // NVML gives no utilisation for a GPU in MIG mode: "n/a" (the JSON's null), not "??".
+      auto percent = [&](const std::optional<double>& v) {
+        return !v && d.mig_mode.value_or(false) ? std::string("n/a") : int_or_unknown(v) + " %";
+      };
       line = fmt::format(
-          "{}[{}]{} {}{:<{}}{} | {}{:>3}°C{}, {}{:>3} %{} util, {:>3} % mem bw | {}{:>9}{} / {:>9} "
+          "{}[{}]{} {}{:<{}}{} | {}{:>3}°C{}, {}{:>5}{} util, {:>5} mem bw | {}{:>9}{} / {:>9} "
           "| "
           "{}{:>3}{} / {:>3} W",
           c(Palette::cyan), d.index, c(Palette::reset), c(Palette::blue), d.name, name_width,
           c(Palette::reset), c(hot ? Palette::bold_red : Palette::red),
           int_or_unknown(d.temperature_c), c(Palette::reset),
-          c(busy ? Palette::bold_green : Palette::green), int_or_unknown(d.util_gpu),
-          c(Palette::reset), int_or_unknown(d.util_mem), c(Palette::bold_yellow),
-          human_bytes(d.mem_used_bytes), c(Palette::reset), human_bytes(d.mem_total_bytes),
-          c(Palette::magenta), int_or_unknown(d.power_w), c(Palette::reset),
-          int_or_unknown(d.power_limit_w));
+          c(busy ? Palette::bold_green : Palette::green), percent(d.util_gpu), c(Palette::reset),
+          percent(d.util_mem), c(Palette::bold_yellow), human_bytes(d.mem_used_bytes),
+          c(Palette::reset), human_bytes(d.mem_total_bytes), c(Palette::magenta),
+          int_or_unknown(d.power_w), c(Palette::reset), int_or_unknown(d.power_limit_w));
       if (d.fan_percent) line += fmt::format(" | fan {:>3} %", int_or_unknown(d.fan_percent));
       if (d.enc_util || d.dec_util)
         line += fmt::format(" | enc {} % dec {} %", int_or_unknown(d.enc_util),

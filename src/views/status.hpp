@@ -5,6 +5,7 @@
 // StatusHooks (src/views/status_hooks.hpp) at the points named in query_status().
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -152,6 +153,9 @@ struct QueryOptions {
   double cpu_interval_s = 0.1;
   /// Only these GPU indices (gpustat --id); nullopt: all.
   std::optional<std::vector<int>> ids;
+  /// What the caller knows of a process already (sonde top reads every process itself): its
+  /// ProcInfo instead of reading /proc again; nullopt (or no function): read_proc_info.
+  std::function<std::optional<ProcInfo>(int pid)> known_process;
 };
 
 /// One query: GPUs and their processes, with the hooks at their points (before_query,

@@ -522,9 +522,18 @@ void StatusHooks::get_process_info(StatusData& data, GpuRow& gpu, ProcessRow& pr
   args.gpu.device = gpu.device;
   args.gpu.fields = gpu.fields;
   args.process = process;
-  each("get_process_info", args, [](const sonde_status_v1& t, void* self, HookArgs& a) {
+  auto call = [](const sonde_status_v1& t, void* self, HookArgs& a) {
     if (t.get_process_info) t.get_process_info(self, &a.status, &a.g, &a.p);
-  });
+  };
+  const auto& skip = status_->settings.skip_process_info;
+  if (skip.empty()) {
+    each("get_process_info", args, call);
+  } else {
+    for (auto& in : instances_)
+      if (in.ref.source != "builtin" ||
+          std::find(skip.begin(), skip.end(), in.ref.name) == skip.end())
+        each("get_process_info", args, call, &in);
+  }
   data.node_fields = std::move(args.data.node_fields);
   gpu.fields = std::move(args.gpu.fields);
   process = std::move(args.process);

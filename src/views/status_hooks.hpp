@@ -59,6 +59,9 @@ struct StatusSettings {
   /// How long one hook of a plugin from a plugin directory may take before the plugin is left
   /// out for the rest of the command ($SONDE_STATUS_HOOK_TIMEOUT). Built-in plugins have none.
   double hook_timeout_s = 2.0;
+  /// Built-in plugins whose get_process_info is not called (sonde top reads every process's
+  /// job and container itself, once per process, and shows them in columns of their own).
+  std::vector<std::string> skip_process_info;
 };
 
 /// The plugins of one command, created and ordered (priority, then name).

@@ -1,10 +1,13 @@
 // `sonde top`'s snapshot of the node (top_collect.hpp).
 #include "views/top_collect.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 
 #include "core/clock.hpp"
 #include "core/fs.hpp"
@@ -33,10 +36,25 @@ void split_lines(const std::string& text, std::vector<std::string>& out) {
   }
 }
 
-// A file of a live process that cannot be opened: not ours to read (EACCES/EPERM); a process
-// that is gone reads as Errc::vanished.
-bool denied(const Error& e) {
-  return e.code == Errc::io;
+}  // namespace
+
+bool periodic_turn(int pid, std::uint64_t refresh, std::uint64_t every) {
+  return every <= 1 || (refresh + static_cast<std::uint64_t>(pid)) % every == 0;
+}
+
+bool stat_moved(const ReadMarks& m, const StatNow& st) {
+  return st.cpu_ticks != m.cpu_ticks || st.faults != m.faults || st.rss_pages != m.rss_pages;
+}
+
+namespace {
+
+std::uint64_t pss_unit(const ReadMarks& m) {
+  return std::max<std::uint64_t>(1, m.rss_bytes / kPssUnitBytes);
+}
+
+std::uint64_t pss_every(const ReadMarks& m) {
+  return m.rss_bytes - std::min(m.rss_bytes, m.anon_bytes) > kPssSharedFew ? kPssSharedEvery
+                                                                           : kPssFewSharedEvery;
 }
 
 // What `sonde status` calls a process's command: the base name of argv[0]; the kernel's name
@@ -50,9 +68,39 @@ std::string argv0_name(const ProcRow& r) {
 
 }  // namespace
 
+bool statm_due(const ReadMarks& m, const StatNow& st, int pid, std::uint64_t refresh) {
+  return !m.statm_valid || stat_moved(m, st) || periodic_turn(pid, refresh, kStatmEvery) ||
+         periodic_turn(pid, refresh, pss_every(m));
+}
+
+bool pss_due(const ReadMarks& m, std::uint64_t faults, int pid, std::uint64_t refresh) {
+  if (!m.pss_valid) return true;
+  const std::uint64_t unit = pss_unit(m);
+  const std::uint64_t gap = refresh - std::min(refresh, m.pss_refresh);
+  const bool moved = faults != m.pss_faults || m.rss_bytes != m.pss_rss_bytes;
+  return (m.pss_stale && gap >= std::max<std::uint64_t>(1, unit / 8)) || (moved && gap >= unit) ||
+         (periodic_turn(pid, refresh, pss_every(m)) && gap >= 2 * unit);
+}
+
+std::uint64_t pss_estimate(const ReadMarks& m) {
+  const auto est =
+      static_cast<std::int64_t>(m.pss_bytes) +
+      (static_cast<std::int64_t>(m.anon_bytes) - static_cast<std::int64_t>(m.pss_anon_bytes));
+  return std::min<std::uint64_t>(m.rss_bytes,
+                                 static_cast<std::uint64_t>(std::max<std::int64_t>(0, est)));
+}
+
+bool io_due(const ReadMarks& m, const StatNow& st, bool io_known, int pid, std::uint64_t refresh) {
+  return !io_known || st.cpu_ticks != m.cpu_ticks || st.faults != m.faults || st.state == 'D' ||
+         periodic_turn(pid, refresh, kIoEvery);
+}
+
 Collector::Collector(gpu::Gpus& gpus, status::StatusHooks& hooks, CollectOptions options)
     : gpus_(gpus), hooks_(hooks), options_(std::move(options)) {
   clk_tck_ = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  page_size_ = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  proc_fd_.reset(::open(options_.proc_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  buf_.resize(4096);
   // Whole physical disks, as the io collector counts them (partitions would count twice).
   if (auto names = list_dir(options_.sys_root + "/block")) {
     for (const auto& n : *names) {
@@ -74,9 +122,9 @@ void Collector::learn(int pid, const std::string& dir, Known& k) {
   }
   k.user = status::user_name(k.uid);
   k.command.clear();
-  if (auto cmd = read_file(dir + "/cmdline")) {
-    for (const auto& a : split_nul(*cmd)) k.command += (k.command.empty() ? "" : " ") + a;
-  }
+  k.argv.clear();
+  if (auto cmd = read_file(dir + "/cmdline")) k.argv = split_nul(*cmd);
+  for (const auto& a : k.argv) k.command += (k.command.empty() ? "" : " ") + a;
   if (k.command.empty()) k.command = "[" + k.comm + "]";  // a kernel thread or a zombie
   std::string cgroup_text;
   const JobAttribution job = slurm_job_of_process(dir, slurm_cgroups_, nullptr, &cgroup_text);
@@ -112,44 +160,24 @@ void Collector::add_plugin_fields(status::StatusData& data, std::vector<ProcRow>
   for (std::size_t i = 0; i < procs.size(); ++i) procs[i].fields = std::move(rows[i].fields);
 }
 
+long Collector::read_pid_file(int pid, const char* file) {
+  char rel[64];
+  std::snprintf(rel, sizeof rel, "%d/%s", pid, file);
+  UniqueFd fd(::openat(proc_fd_.get(), rel, O_RDONLY | O_CLOEXEC));
+  if (!fd) return -errno;
+  return pread_all(fd.get(), buf_);
+}
+
+void Collector::mark_pss_stale(int pid) {
+  auto it = known_.find(pid);
+  if (it != known_.end()) it->second.marks.pss_stale = true;
+}
+
 Snapshot Collector::collect() {
   Snapshot s;
   const double now = monotonic_now();
   const double dt = prev_time_ >= 0 ? now - prev_time_ : 0;
   s.interval_s = dt;
-
-  // GPUs, their processes and the status plugins (host memory, load, power; their lines).
-  status::QueryOptions qo;
-  qo.proc_root = options_.proc_root;
-  qo.cpu_interval_s = 0;  // top's CPU figures are over the refresh interval, below
-  status::StatusData data = status::query_status(gpus_, hooks_, qo);
-  s.hostname = data.hostname;
-  s.time = data.query_time;
-  s.nvidia_driver = data.nvidia_driver;
-  s.amd_driver = data.amd_driver;
-  s.notes = data.notes;
-  s.mem_total_bytes = node_number(data, "host", "mem_total_bytes");
-  s.mem_used_bytes = node_number(data, "host", "mem_used_bytes");
-  s.swap_total_bytes = node_number(data, "host", "swap_total_bytes");
-  s.swap_used_bytes = node_number(data, "host", "swap_used_bytes");
-  s.load1 = node_number(data, "host", "load1");
-  s.load5 = node_number(data, "host", "load5");
-  s.load15 = node_number(data, "host", "load15");
-  s.cpu_package_power_w = node_number(data, "host", "cpu_package_power_w");
-  s.gpu_power_w = node_number(data, "host", "gpu_power_w");
-  split_lines(hooks_.print_header(), s.plugin_lines);
-  split_lines(hooks_.print_footer(), s.plugin_lines);
-
-  // GPU history (utilisation), per device.
-  for (const auto& g : data.gpus) {
-    const std::string key =
-        g.device.uuid.empty() ? g.device.vendor + std::to_string(g.device.index) : g.device.uuid;
-    auto& h = history_[key];
-    // No sample where the driver gives none (a GPU in MIG mode): never drawn as 0.
-    if (!g.device.error && g.device.util_gpu) h.push_back(*g.device.util_gpu);
-    while (h.size() > options_.history) h.pop_front();
-    s.gpu_history.emplace_back(h.begin(), h.end());
-  }
 
   // Host CPUs.
   if (auto text = read_file(options_.proc_root + "/stat")) {
@@ -202,26 +230,68 @@ Snapshot Collector::collect() {
     }
   }
 
-  // Every process.
+  // Every process: its stat at each refresh (through a file kept open), what else it has once
+  // (learn), its costlier files when they can have changed (ReadMarks).
   list_pids(options_.proc_root, listing_);
-  std::unordered_map<int, Known> seen;
-  seen.reserve(listing_.size());
   s.procs.reserve(listing_.size());
+  const std::uint64_t refresh = refresh_;
   for (const int pid : listing_) {
-    auto st = read_pid(options_.proc_root, pid);
-    if (!st) continue;  // gone
-    const std::string dir = options_.proc_root + "/" + std::to_string(pid);
-    Known k;
-    auto it = known_.find(pid);
-    const bool same = it != known_.end() && it->second.starttime_ticks == st->starttime_ticks;
-    if (same) k = std::move(it->second);
+    auto [it, fresh] = known_.try_emplace(pid);
+    Known* kp = &it->second;
+    long n = -1;
+    if (kp->stat_fd) {
+      n = pread_all(kp->stat_fd.get(), buf_);
+      // The process the file was opened for is gone (ESRCH): the pid is another's now.
+      if (n <= 0) {
+        --fds_open_;
+        const int gone_ppid = kp->ppid;
+        known_.erase(it);
+        mark_pss_stale(gone_ppid);
+        it = known_.try_emplace(pid).first;
+        kp = &it->second;
+        fresh = true;
+      }
+    }
+    Known& k = *kp;
+    if (!k.stat_fd) {
+      char rel[32];
+      std::snprintf(rel, sizeof rel, "%d/stat", pid);
+      UniqueFd fd(::openat(proc_fd_.get(), rel, O_RDONLY | O_CLOEXEC));
+      n = fd ? pread_all(fd.get(), buf_) : -1;
+      if (n > 0 && fds_open_ < options_.keep_open) {
+        k.stat_fd = std::move(fd);
+        ++fds_open_;
+      }
+    }
+    auto st =
+        n > 0 ? procfs::parse_pid_stat(std::string_view(buf_.data(), static_cast<std::size_t>(n)))
+              : Result<procfs::PidStat>(make_error(Errc::vanished, "gone"));
+    if (!st) {  // gone
+      if (!fresh) mark_pss_stale(k.ppid);
+      if (k.stat_fd) --fds_open_;
+      known_.erase(it);
+      continue;
+    }
+    // A pid seen before with another start time: reused by a new process.
+    const bool same = !fresh && k.starttime_ticks == st->starttime_ticks;
+    if (!fresh && !same) {
+      UniqueFd fd = std::move(k.stat_fd);
+      k = Known{};
+      k.stat_fd = std::move(fd);
+    }
+    if (!same && refresh > 0) mark_pss_stale(st->ppid);  // a fork shares its parent's pages
+    k.seen = refresh;
+    k.ppid = st->ppid;
     const bool zombie = st->state == 'Z' || st->start_stack == 0;
     if (!same || (!zombie && (st->comm != k.comm || st->start_stack != k.exec_mark))) {
       k.starttime_ticks = st->starttime_ticks;
       k.exec_mark = st->start_stack;
       k.comm = st->comm;
-      learn(pid, dir, k);
+      learn(pid, options_.proc_root + "/" + std::to_string(pid), k);
     }
+    const std::uint64_t cpu_ticks = st->utime_ticks + st->stime_ticks;
+    const StatNow now_stat{cpu_ticks, st->minflt + st->majflt, st->rss_pages, st->state};
+    ReadMarks& m = k.marks;
     ProcRow r;
     r.pid = pid;
     r.ppid = st->ppid;
@@ -230,40 +300,53 @@ Snapshot Collector::collect() {
     r.job = k.job;
     r.container = k.container;
     r.ns_pid = k.ns_pid;
-    r.comm = st->comm;
+    r.comm = std::move(st->comm);
     r.command = k.command;
     r.starttime_ticks = st->starttime_ticks;
-    r.rss_bytes = st->rss_bytes;
-    if (same && dt > 0 && st->cpu_ticks >= k.cpu_ticks)
-      r.cpu_percent = static_cast<double>(st->cpu_ticks - k.cpu_ticks) / clk_tck_ / dt * 100.0;
-    // What costs most per process is read only where it can have changed, and at least every
-    // kRereadEvery refreshes (staggered by pid): Pss when the RSS changed, the I/O counters when
-    // the process ran (its CPU ticks grew) or waits on I/O (state D).
-    const bool turn = (refresh_ + static_cast<std::uint64_t>(pid)) % kRereadEvery == 0;
-    const bool ran = !same || st->cpu_ticks != k.cpu_ticks || st->state == 'D';
-    k.cpu_ticks = st->cpu_ticks;
-    // Pss: shared pages counted once (not for kernel threads, which map nothing).
-    if (st->rss_bytes == 0) r.pss_bytes = 0;  // nothing mapped: 0, not unknown
-    if (st->rss_bytes > 0 && !k.pss_denied) {
-      if (!k.pss || k.pss_rss != st->rss_bytes || turn) {
-        auto text = read_file(dir + "/smaps_rollup");
-        if (text) {
-          if (auto p = procfs::parse_pid_smaps_rollup(*text)) {
-            k.pss = p->pss_bytes;
-            k.pss_rss = st->rss_bytes;
-          }
-        } else if (denied(text.error())) {
-          k.pss_denied = true;
-          k.pss.reset();
-        }
-      }
-      r.pss_bytes = k.pss;
+    if (same && dt > 0 && cpu_ticks >= m.cpu_ticks)
+      r.cpu_percent = static_cast<double>(cpu_ticks - m.cpu_ticks) / clk_tck_ / dt * 100.0;
+    // Memory: statm's resident size is exact (stat's is per-CPU batched); read again when the
+    // process moved (CPU, faults, stat's rss) and periodically (what the kernel reclaims).
+    if (!same || statm_due(m, now_stat, pid, refresh)) {
+      const long sm = read_pid_file(pid, "statm");
+      auto statm =
+          sm > 0
+              ? procfs::parse_pid_statm(std::string_view(buf_.data(), static_cast<std::size_t>(sm)))
+              : Result<procfs::PidStatm>(make_error(Errc::io, "unreadable"));
+      m.rss_bytes = (statm ? statm->resident_pages : st->rss_pages) * page_size_;
+      m.anon_bytes = statm ? m.rss_bytes - std::min(m.rss_bytes, statm->shared_pages * page_size_)
+                           : m.rss_bytes;
+      m.statm_valid = statm.ok();
     }
+    r.rss_bytes = m.rss_bytes;
+    // Pss: shared pages counted once (not for kernel threads, which map nothing).
+    if (m.rss_bytes == 0) {
+      r.pss_bytes = 0;  // nothing mapped: 0, not unknown
+    } else if (!k.pss_denied) {
+      if (pss_due(m, now_stat.faults, pid, refresh)) {
+        const long pm = read_pid_file(pid, "smaps_rollup");
+        if (pm == -EACCES || pm == -EPERM) k.pss_denied = true;
+        auto rollup = pm > 0 ? procfs::parse_pid_smaps_rollup(
+                                   std::string_view(buf_.data(), static_cast<std::size_t>(pm)))
+                             : Result<procfs::PidSmapsRollup>(make_error(Errc::io, "unreadable"));
+        m.pss_valid = rollup.ok();
+        if (rollup) m.pss_bytes = rollup->pss_bytes;
+        m.pss_stale = false;
+        m.pss_refresh = refresh;
+        m.pss_faults = now_stat.faults;
+        m.pss_rss_bytes = m.rss_bytes;
+        m.pss_anon_bytes = m.anon_bytes;
+      }
+      if (m.pss_valid) r.pss_bytes = pss_estimate(m);
+    }
+    // I/O: read when the process ran or waits on I/O, and periodically.
     if (!k.io_denied) {
-      if (!k.io || ran || turn) {
-        auto text = read_file(dir + "/io");
-        if (text) {
-          if (auto io = procfs::parse_pid_io(*text)) {
+      if (!same || io_due(m, now_stat, k.io.has_value(), pid, refresh)) {
+        const long im = read_pid_file(pid, "io");
+        if (im == -EACCES || im == -EPERM) k.io_denied = true;
+        if (im > 0) {
+          if (auto io = procfs::parse_pid_io(
+                  std::string_view(buf_.data(), static_cast<std::size_t>(im)))) {
             // Over the time since the counters were last read (one refresh, or a few for a
             // process that did not run meanwhile).
             const double span = now - k.io_time;
@@ -280,20 +363,83 @@ Snapshot Collector::collect() {
             k.io = *io;
             k.io_time = now;
           }
-        } else if (denied(text.error())) {
-          k.io_denied = true;
         }
       } else if (same && dt > 0) {
         r.read_bps = r.write_bps = 0.0;  // it did not run since the last refresh
       }
     }
+    m.cpu_ticks = now_stat.cpu_ticks;
+    m.faults = now_stat.faults;
+    m.rss_pages = now_stat.rss_pages;
     s.threads += static_cast<std::size_t>(std::max(0L, st->num_threads));
     if (st->state == 'R') ++s.running;
     s.procs.push_back(std::move(r));
-    seen.emplace(pid, std::move(k));
   }
-  known_ = std::move(seen);
+  // Those not listed any more are gone: their parents' Pss divides anew.
+  for (auto it = known_.begin(); it != known_.end();) {
+    if (it->second.seen == refresh) {
+      ++it;
+      continue;
+    }
+    if (it->second.stat_fd) --fds_open_;
+    const int ppid = it->second.ppid;
+    it = known_.erase(it);
+    mark_pss_stale(ppid);
+  }
   ++refresh_;
+
+  // GPUs, their processes and the status plugins (host memory, load, power; their lines).
+  status::QueryOptions qo;
+  qo.proc_root = options_.proc_root;
+  qo.cpu_interval_s = 0;  // top's CPU figures are over the refresh interval, above
+  // The GPU processes as read above (not read again for the query).
+  qo.known_process = [this](int pid) -> std::optional<status::ProcInfo> {
+    auto it = known_.find(pid);
+    if (it == known_.end() || it->second.seen != refresh_ - 1) return std::nullopt;
+    const Known& k = it->second;
+    status::ProcInfo info;
+    info.user = k.user;
+    if (!k.argv.empty()) {
+      const std::string& argv0 = k.argv.front();
+      const auto slash = argv0.rfind('/');
+      info.command = slash == std::string::npos ? argv0 : argv0.substr(slash + 1);
+      if (info.command.empty()) info.command = "?";
+      info.full_command = k.argv;
+    } else {
+      info.full_command.push_back(k.comm);
+    }
+    info.rss_bytes = k.marks.rss_bytes;
+    info.cpu_ticks = k.marks.cpu_ticks;
+    return info;
+  };
+  status::StatusData data = status::query_status(gpus_, hooks_, qo);
+  s.hostname = data.hostname;
+  s.time = data.query_time;
+  s.nvidia_driver = data.nvidia_driver;
+  s.amd_driver = data.amd_driver;
+  s.notes = data.notes;
+  s.mem_total_bytes = node_number(data, "host", "mem_total_bytes");
+  s.mem_used_bytes = node_number(data, "host", "mem_used_bytes");
+  s.swap_total_bytes = node_number(data, "host", "swap_total_bytes");
+  s.swap_used_bytes = node_number(data, "host", "swap_used_bytes");
+  s.load1 = node_number(data, "host", "load1");
+  s.load5 = node_number(data, "host", "load5");
+  s.load15 = node_number(data, "host", "load15");
+  s.cpu_package_power_w = node_number(data, "host", "cpu_package_power_w");
+  s.gpu_power_w = node_number(data, "host", "gpu_power_w");
+  split_lines(hooks_.print_header(), s.plugin_lines);
+  split_lines(hooks_.print_footer(), s.plugin_lines);
+
+  // GPU history (utilisation), per device.
+  for (const auto& g : data.gpus) {
+    const std::string key =
+        g.device.uuid.empty() ? g.device.vendor + std::to_string(g.device.index) : g.device.uuid;
+    auto& h = history_[key];
+    // No sample where the driver gives none (a GPU in MIG mode): never drawn as 0.
+    if (!g.device.error && g.device.util_gpu) h.push_back(*g.device.util_gpu);
+    while (h.size() > options_.history) h.pop_front();
+    s.gpu_history.emplace_back(h.begin(), h.end());
+  }
 
   // GPU figures and the plugins' fields of the GPU processes.
   std::unordered_map<int, std::size_t> at;

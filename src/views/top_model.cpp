@@ -227,16 +227,29 @@ std::vector<DisplayRow> tree_rows(std::vector<ProcRow> rows, const ViewState& v)
 }
 
 std::vector<DisplayRow> arrange(const std::vector<ProcRow>& rows, const ViewState& v) {
-  std::vector<ProcRow> kept;
+  const bool all = v.filter.empty() && v.user_filter.empty() && v.job_filter.empty();
+  if (v.group != GroupBy::none || v.tree) {
+    std::vector<ProcRow> kept;
+    kept.reserve(rows.size());
+    for (const auto& r : rows)
+      if (all || matches(r, v)) kept.push_back(r);
+    if (v.group != GroupBy::none) kept = group_rows(kept, v.group);
+    if (v.tree && v.group == GroupBy::none) return tree_rows(std::move(kept), v);
+    sort_rows(kept, v);
+    std::vector<DisplayRow> out;
+    out.reserve(kept.size());
+    for (auto& r : kept) out.push_back({std::move(r), ""});
+    return out;
+  }
+  // The plain table (the common case, at every refresh): sorted by pointer, each row copied once.
+  std::vector<const ProcRow*> kept;
   kept.reserve(rows.size());
   for (const auto& r : rows)
-    if (matches(r, v)) kept.push_back(r);
-  if (v.group != GroupBy::none) kept = group_rows(kept, v.group);
-  if (v.tree && v.group == GroupBy::none) return tree_rows(std::move(kept), v);
-  sort_rows(kept, v);
-  std::vector<DisplayRow> out;
-  out.reserve(kept.size());
-  for (auto& r : kept) out.push_back({std::move(r), ""});
+    if (all || matches(r, v)) kept.push_back(&r);
+  std::sort(kept.begin(), kept.end(),
+            [&](const ProcRow* a, const ProcRow* b) { return before(*a, *b, v); });
+  std::vector<DisplayRow> out(kept.size());
+  for (std::size_t i = 0; i < kept.size(); ++i) out[i].row = *kept[i];
   return out;
 }
 

@@ -112,6 +112,19 @@ std::string cell(const DisplayRow& d, SortKey key, bool grouped) {
   return {};
 }
 
+// Whether cell(d, key, grouped) is not empty, without making it (every row, every refresh).
+bool has_cell(const ProcRow& r, SortKey key) {
+  switch (key) {
+    case SortKey::user: return !r.user.empty();
+    case SortKey::job: return !r.job.empty();
+    case SortKey::container: return !r.container.empty();
+    case SortKey::nspid: return r.ns_pid > 0;
+    case SortKey::gpu_mem: return r.gpu_mem_bytes.has_value();
+    case SortKey::gpu_sm: return r.gpu_sm_percent.has_value();
+    default: return true;
+  }
+}
+
 }  // namespace
 
 std::string mig_line(const status::MigRow& m) {
@@ -170,9 +183,8 @@ std::vector<Column> layout_columns(const std::vector<DisplayRow>& rows, const Vi
   int x = 0;
   for (const auto& s : specs) {
     if (s.optional) {
-      const bool any = std::any_of(rows.begin(), rows.end(), [&](const DisplayRow& d) {
-        return !cell(d, s.key, grouped).empty();
-      });
+      const bool any = std::any_of(rows.begin(), rows.end(),
+                                   [&](const DisplayRow& d) { return has_cell(d.row, s.key); });
       if (!any) continue;
     }
     cols.push_back({s.key, s.title, s.width, s.right, x});

@@ -108,6 +108,11 @@ TEST(MigRun, StatusTextShowsTheMigDevicesUnderTheirGpu) {
   ASSERT_GE(lines.size(), 7u) << r.out;
   EXPECT_NE(lines[1].find("[0] NVIDIA A100-SXM4-40GB"), std::string::npos) << r.out;
   EXPECT_NE(lines[1].find("MIG on, 3 devices"), std::string::npos) << r.out;
+  // No utilisation for a GPU in MIG mode: n/a, as in the JSON (null), not "??".
+  EXPECT_NE(lines[1].find(",   n/a util,   n/a mem bw | "), std::string::npos) << r.out;
+  EXPECT_EQ(lines[1].find("?? %"), std::string::npos) << r.out;
+  // A GPU with MIG mode off keeps its figures.
+  EXPECT_NE(lines[6].find(",  25 % util,  10 % mem bw | "), std::string::npos) << r.out;
   EXPECT_NE(
       lines[2].find("├─ MIG 3g.20gb  GI  1 CI  0 | n/a util |   8.0 GiB /  19.5 GiB | 1 process"),
       std::string::npos)

@@ -184,6 +184,10 @@ TEST(GpuMig, StatusTextShowsEachMigDeviceWithItsProcesses) {
   status::StatusHooks hooks({}, settings);
   const std::string t = status::status_text(mig_data(), hooks, false);
   EXPECT_NE(t.find("| MIG on, 2 devices"), std::string::npos) << t;
+  // The GPU in MIG mode has no utilisation either: n/a, as the JSON's null (not "??").
+  EXPECT_NE(t.find(" |  ??°C,   n/a util,   n/a mem bw |   8.0 GiB /  40.0 GiB"), std::string::npos)
+      << t;
+  EXPECT_EQ(t.find("?? % util"), std::string::npos) << t;
   EXPECT_NE(t.find("├─ MIG 3g.20gb  GI  1 CI  0 | n/a util |   8.0 GiB /  19.5 GiB | 1 process"),
             std::string::npos)
       << t;

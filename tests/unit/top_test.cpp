@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "support/built_paths.hpp"
@@ -60,53 +61,204 @@ void replace_in(const std::filesystem::path& p, const std::string& from, const s
   std::ofstream(p) << text;
 }
 
-// A process that did not run and whose RSS did not change: its Pss and I/O counters are read
-// again only on its turn (every 5th refresh), its I/O rate is 0 in between; a changed RSS makes
-// the Pss be read at once.
-TEST_F(TopCollect, PssAndIoOfAnUnchangedProcessAreReadOnItsTurn) {
-  namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / ("top_reread_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::copy(base(), dir, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-  status::StatusSettings settings;
-  settings.command = "top";
-  settings.proc_root = (dir / "proc").string();
-  settings.cpu_interval_s = 0;
-  status::StatusHooks hooks({}, settings);
-  gpu::Gpus gpus;
-  CollectOptions o;
-  o.proc_root = (dir / "proc").string();
-  o.sys_root = (dir / "sys").string();
-  Collector c(gpus, hooks, o);
+// A copy of the captured tree, to change between refreshes (files rewritten in place, as the
+// kernel's are: a stat file kept open reads the new text).
+class TopCollectCopy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    namespace fs = std::filesystem;
+    dir_ = fs::path(::testing::TempDir()) /
+           ("top_copy_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::copy(std::string(SONDE_FIXTURES_DIR) + "/top_tree", dir_,
+             fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+    settings_.command = "top";
+    settings_.proc_root = (dir_ / "proc").string();
+    settings_.cpu_interval_s = 0;
+    hooks_ =
+        std::make_unique<status::StatusHooks>(std::vector<status::StatusPluginRef>{}, settings_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  CollectOptions options() const {
+    CollectOptions o;
+    o.proc_root = (dir_ / "proc").string();
+    o.sys_root = (dir_ / "sys").string();
+    return o;
+  }
+  std::filesystem::path dir_;
+  status::StatusSettings settings_;
+  std::unique_ptr<status::StatusHooks> hooks_;
+  gpu::Gpus gpus_;
+};
+
+// A process that did not run and whose memory did not move: its Pss and I/O counters are read
+// again only on its turn (I/O every kIoEvery refreshes, Pss every kPssFewSharedEvery for one that
+// maps little that is file-backed), its I/O rate is 0 in between; a page fault makes the Pss be
+// read within one refresh per kPssUnitBytes of its resident size.
+TEST_F(TopCollectCopy, PssAndIoOfAnUnchangedProcessAreReadOnItsTurn) {
+  Collector c(gpus_, *hooks_, options());
   c.collect();
-  const fs::path p = dir / "proc" / "4242";
+  const std::filesystem::path p = dir_ / "proc" / "4242";
   replace_in(p / "smaps_rollup", "150000 kB", "160000 kB");
   replace_in(p / "io", "read_bytes: 4096", "read_bytes: 1052672");  // + 1 MiB
   Snapshot s = c.collect();
   const ProcRow* r = find_pid(s.procs, 4242);
   ASSERT_NE(r, nullptr);
-  EXPECT_EQ(r->pss_bytes, 150000u * 1024);  // not read again: RSS unchanged
+  EXPECT_EQ(r->pss_bytes, 150000u * 1024);  // not read again: its memory did not move
   EXPECT_EQ(r->read_bps, 0.0);              // did not run: not read, no I/O of its own
-  int refreshes = 1;
-  while (r->pss_bytes == 150000u * 1024 && refreshes < 10) {
+  std::uint64_t refreshes = 1;
+  while (r->read_bps == 0.0 && refreshes < 100) {
     s = c.collect();
     r = find_pid(s.procs, 4242);
     ASSERT_NE(r, nullptr);
     ++refreshes;
   }
-  EXPECT_LE(refreshes, 5);
-  EXPECT_EQ(r->pss_bytes, 160000u * 1024);
+  EXPECT_LE(refreshes, kIoEvery);
   ASSERT_TRUE(r->read_bps.has_value());
   EXPECT_GT(*r->read_bps, 0.0);  // the MiB, over the time since the counters were read
-  // A changed RSS: the Pss is read at the next refresh.
+  while (r->pss_bytes == 150000u * 1024 && refreshes < 100) {
+    s = c.collect();
+    r = find_pid(s.procs, 4242);
+    ASSERT_NE(r, nullptr);
+    ++refreshes;
+  }
+  EXPECT_LE(refreshes, kPssFewSharedEvery);
+  EXPECT_EQ(r->pss_bytes, 160000u * 1024);
+  // A page fault (stat's minflt): statm and then the Pss are read again, the Pss once one
+  // refresh per kPssUnitBytes resident has passed since its last read.
   replace_in(p / "smaps_rollup", "160000 kB", "170000 kB");
   replace_in(p / "statm", "100000 50000 ", "100000 50001 ");
+  replace_in(p / "stat", "4194304 100 0", "4194304 101 0");
+  const std::uint64_t unit =
+      50001u * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) / kPssUnitBytes;
   s = c.collect();
   r = find_pid(s.procs, 4242);
   ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->rss_bytes, 50001u * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)));
+  refreshes = 1;
+  while (r->pss_bytes != 170000u * 1024 && refreshes < 100) {
+    s = c.collect();
+    r = find_pid(s.procs, 4242);
+    ASSERT_NE(r, nullptr);
+    ++refreshes;
+  }
+  EXPECT_LE(refreshes, unit);
   EXPECT_EQ(r->pss_bytes, 170000u * 1024);
-  fs::remove_all(dir);
+}
+
+// Each process's stat stays open between refreshes; a pid that comes back with another start
+// time is another process (learnt anew), one that is gone has its file closed; without files to
+// keep open, every stat is opened at each refresh and the rows are the same.
+TEST_F(TopCollectCopy, StatFilesKeptOpenAndPidReuse) {
+  Collector c(gpus_, *hooks_, options());
+  Snapshot s = c.collect();
+  ASSERT_EQ(s.procs.size(), 8u);
+  EXPECT_EQ(c.files_kept_open(), 8u);
+  const std::filesystem::path p = dir_ / "proc" / "4300";
+  // The pid reused: another start time, another command line.
+  replace_in(p / "stat", " 0 2100 ", " 0 2500 ");
+  replace_in(p / "stat", "(nvidia-smi)", "(sleep)");
+  std::ofstream(p / "cmdline") << std::string(
+      "sleep\0"
+      "60\0",
+      9);
+  s = c.collect();
+  const ProcRow* r = find_pid(s.procs, 4300);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->command, "sleep 60");
+  EXPECT_EQ(r->starttime_ticks, 2500u);
+  EXPECT_FALSE(r->cpu_percent.has_value());  // a new process: nothing to measure against yet
+  std::filesystem::remove_all(dir_ / "proc" / "5100");
+  s = c.collect();
+  EXPECT_EQ(find_pid(s.procs, 5100), nullptr);
+  EXPECT_EQ(s.procs.size(), 7u);
+  EXPECT_EQ(c.files_kept_open(), 7u);
+
+  CollectOptions none = options();
+  none.keep_open = 0;
+  Collector c0(gpus_, *hooks_, none);
+  c0.collect();
+  const Snapshot s0 = c0.collect();
+  EXPECT_EQ(c0.files_kept_open(), 0u);
+  ASSERT_EQ(s0.procs.size(), 7u);
+  const ProcRow* r0 = find_pid(s0.procs, 4300);
+  ASSERT_NE(r0, nullptr);
+  EXPECT_EQ(r0->command, "sleep 60");
+  EXPECT_EQ(find_pid(s0.procs, 4242)->pss_bytes, find_pid(s.procs, 4242)->pss_bytes);
+}
+
+// When the costlier files are read: the pure rules (ReadMarks).
+TEST(TopReads, WhenStatmPssAndIoAreDue) {
+  EXPECT_TRUE(periodic_turn(7, 1, 8));
+  EXPECT_FALSE(periodic_turn(7, 2, 8));
+  int turns = 0;
+  for (std::uint64_t refresh = 0; refresh < 32; ++refresh) turns += periodic_turn(5, refresh, 8);
+  EXPECT_EQ(turns, 4);
+
+  ReadMarks m;
+  StatNow st;
+  EXPECT_TRUE(statm_due(m, st, 1, 1));  // never read
+  EXPECT_TRUE(pss_due(m, 0, 1, 1));
+  EXPECT_TRUE(io_due(m, st, false, 1, 1));
+  m.statm_valid = m.pss_valid = true;
+  m.rss_bytes = 8ull << 20;  // 8 MiB, of which 1 file-backed: few shared pages
+  m.anon_bytes = 7ull << 20;
+  m.pss_bytes = 6ull << 20;
+  m.pss_rss_bytes = m.rss_bytes;
+  m.pss_anon_bytes = m.anon_bytes;
+  m.pss_refresh = 100;
+  const int pid = 3;  // its turns: refresh % 8 == 5 (I/O), refresh % 32 == 29 (statm, Pss)
+  // Idle, not its turn: nothing.
+  EXPECT_FALSE(statm_due(m, st, pid, 102));
+  EXPECT_FALSE(pss_due(m, 0, pid, 102));
+  EXPECT_FALSE(io_due(m, st, true, pid, 102));
+  EXPECT_TRUE(io_due(m, st, true, pid, 109));
+  EXPECT_TRUE(statm_due(m, st, pid, 125));
+  EXPECT_TRUE(pss_due(m, 0, pid, 125));
+  // It ran (CPU ticks) or faulted: statm and I/O now; the Pss once its memory moved.
+  StatNow ran = st;
+  ran.cpu_ticks = 1;
+  EXPECT_TRUE(statm_due(m, ran, pid, 102));
+  EXPECT_TRUE(io_due(m, ran, true, pid, 102));
+  EXPECT_FALSE(pss_due(m, 0, pid, 102));
+  EXPECT_TRUE(pss_due(m, 1, pid, 102));  // a fault since the Pss read
+  StatNow waits = st;
+  waits.state = 'D';
+  EXPECT_TRUE(io_due(m, waits, true, pid, 102));
+  // A child came or went: the Pss again.
+  m.pss_stale = true;
+  EXPECT_TRUE(pss_due(m, 0, pid, 102));
+  m.pss_stale = false;
+  // More than kPssSharedFew file-backed: every kPssSharedEvery refreshes.
+  ReadMarks shared = m;
+  shared.anon_bytes = 0;
+  shared.rss_bytes = kPssSharedFew + 1;
+  shared.pss_rss_bytes = shared.rss_bytes;
+  EXPECT_FALSE(pss_due(shared, 0, pid, 102));
+  EXPECT_TRUE(pss_due(shared, 0, pid, 109));
+  // A large process: reads spaced by its size (one refresh per kPssUnitBytes).
+  ReadMarks big = m;
+  big.rss_bytes = 10 * kPssUnitBytes;
+  big.anon_bytes = big.rss_bytes - (1 << 20);
+  big.pss_rss_bytes = big.rss_bytes;
+  EXPECT_FALSE(pss_due(big, 1, pid, 102));
+  EXPECT_FALSE(pss_due(big, 1, pid, 109));
+  EXPECT_TRUE(pss_due(big, 1, pid, 110));
+  big.pss_refresh = 110;
+  EXPECT_FALSE(pss_due(big, 0, pid, 125));  // its turn, but not 2 × 10 refreshes since
+  EXPECT_TRUE(pss_due(big, 0, pid, 157));
+
+  // Between reads, the Pss follows the anonymous memory it gained or lost.
+  EXPECT_EQ(pss_estimate(m), 6ull << 20);
+  m.anon_bytes += 1 << 20;
+  m.rss_bytes += 1 << 20;
+  EXPECT_EQ(pss_estimate(m), 7ull << 20);
+  m.anon_bytes = 0;
+  EXPECT_EQ(pss_estimate(m), 0u);  // never below 0
+  m.pss_bytes = 100ull << 20;
+  m.anon_bytes = m.pss_anon_bytes;
+  EXPECT_EQ(pss_estimate(m), m.rss_bytes);  // never above the resident size
 }
 
 TEST_F(TopCollect, EveryProcessWithItsUserJobContainerAndNamespacePid) {
