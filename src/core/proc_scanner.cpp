@@ -18,6 +18,7 @@
 
 #include "core/job_cgroup.hpp"
 #include "core/pid_reads.hpp"
+#include "core/pss_rules.hpp"
 #include "core/slurm_job.hpp"
 
 namespace sonde {
@@ -55,16 +56,11 @@ struct ProcScanner::Entry {
   std::uint64_t statm_generation = 0;
   std::uint64_t prev_faults = 0;
   std::uint64_t prev_rss_pages = 0;
-  // Pss (smaps_rollup): the last value and what it was read against. `pss_stale`: a child
-  // appeared or went, which changes how this process's shared pages divide without it moving.
-  bool pss_valid = false;
+  // Pss (smaps_rollup): the last value and what it was read against (`pss.at`: the scan's
+  // generation). `pss.stale`: a child appeared or went, which changes how this process's shared
+  // pages divide without it moving.
+  pss::Mark pss;
   bool pss_denied = false;
-  bool pss_stale = false;
-  std::uint64_t pss_bytes = 0;
-  std::uint64_t pss_generation = 0;
-  std::uint64_t pss_faults = 0;
-  std::uint64_t pss_rss_bytes = 0;
-  std::uint64_t pss_anon_bytes = 0;
   bool prev_io_valid = false;
   procfs::PidIo prev_io;
   // What is known of it: its totals at the last read, or when discovered (0 when born since).
@@ -91,12 +87,7 @@ namespace {
 // An idle process's exact memory is re-read at least every this many scans. Its Pss too: what
 // other processes map or unmap of the pages it shares changes its share without it moving.
 constexpr std::uint64_t kStatmEvery = 8;
-// Pss reads of a process are spaced by one scan per this much of its resident size.
-constexpr std::uint64_t kPssUnitBytes = 32ull << 20;
-// A process with at most this much resident file-backed and shmem memory (its libraries, for most)
-// has little whose share others could change: its Pss is re-read less often when it is idle.
-constexpr std::uint64_t kPssSharedFew = 16ull << 20;
-constexpr std::uint64_t kPssFewSharedEvery = 32;
+// (The Pss rules shared with `sonde top`: core/pss_rules.hpp.)
 
 bool parse_pid(const char* name, int& pid) {
   const char* end = name + std::strlen(name);
@@ -763,7 +754,7 @@ void ProcScanner::reap_own_zombies() {
 
 void ProcScanner::mark_pss_stale(int pid) {
   auto it = entries_.find(pid);
-  if (it != entries_.end()) it->second->pss_stale = true;
+  if (it != entries_.end()) it->second->pss.stale = true;
 }
 
 void ProcScanner::close_files(Entry& e) {
@@ -964,25 +955,22 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
   s.rss_bytes = e.rss_bytes;
   // Pss walks the process's page tables (under its mmap lock): it costs in proportion to the
   // resident size (~15 ms for 500 MiB on a loaded 2-core VM), far more than statm. So reads are
-  // spaced by the process's size, `unit` scans per kPssUnitBytes resident (at least 1): re-read
+  // spaced by the process's size, `unit` scans per pss::kUnitBytes resident (at least 1): re-read
   // when its memory moved since the last read (faults, exact resident size) and `unit` scans have
   // passed, when a child appeared or went (a fork shares its pages; unit / 8 scans apart), and
   // at least every max(kStatmEvery, 2 × unit) scans (what others map or unmap of the pages it
-  // shares changes its share without it moving; kPssFewSharedEvery when it maps little that is
+  // shares changes its share without it moving; pss::kFewSharedEvery when it maps little that is
   // file-backed or shmem: a fork, where anonymous pages are shared, marks the parent). In between,
   // its Pss follows its anonymous resident size (statm's resident less shared): anonymous pages it
   // gained or lost count as its own (a fork shows as a child); file-backed and shmem pages it
   // mapped, maybe shared with others, count from the next read. Not readable (another user's
   // process without CAP_SYS_PTRACE, a zombie): the resident size stands in, and the sample says so.
   if (needs_.pss) {
-    const std::uint64_t unit = std::max<std::uint64_t>(1, e.rss_bytes / kPssUnitBytes);
-    const std::uint64_t gap = generation_ - e.pss_generation;
-    const bool moved = faults != e.pss_faults || e.rss_bytes != e.pss_rss_bytes;
+    const std::uint64_t unit = pss::unit(e.rss_bytes);
     const std::uint64_t every =
-        e.rss_bytes - e.anon_bytes > kPssSharedFew ? kStatmEvery : kPssFewSharedEvery;
-    const bool pss_due = !e.pss_valid ||
-                         (e.pss_stale && gap >= std::max<std::uint64_t>(1, unit / 8)) ||
-                         (moved && gap >= unit) || gap >= std::max(every, 2 * unit);
+        pss::shares_much(e.rss_bytes, e.anon_bytes) ? kStatmEvery : pss::kFewSharedEvery;
+    const bool pss_due = pss::due_for_change(e.pss, generation_, faults, e.rss_bytes) ||
+                         generation_ - e.pss.at >= std::max(every, 2 * unit);
     if (pss_due && !e.pss_denied) {
       ++snap_->pss_reads;
       UniqueFd none;
@@ -995,26 +983,18 @@ bool ProcScanner::refresh(int pid, Entry& e, double /*prev_boottime_s*/, PidSamp
       // The first read is dated back by pid % 8 scans: processes found together (all of them at
       // the first scan) do not all come due at the same later scan.
       const std::uint64_t spread =
-          e.pss_valid ? 0 : std::min<std::uint64_t>(generation_, static_cast<unsigned>(pid) % 8);
-      e.pss_valid = rollup.ok();
-      if (rollup) e.pss_bytes = rollup->pss_bytes;
-      e.pss_stale = false;
-      e.pss_generation = generation_ - spread;
-      e.pss_faults = faults;
-      e.pss_rss_bytes = e.rss_bytes;
-      e.pss_anon_bytes = e.anon_bytes;
+          e.pss.valid ? 0 : std::min<std::uint64_t>(generation_, static_cast<unsigned>(pid) % 8);
+      e.pss.valid = rollup.ok();
+      if (rollup) e.pss.bytes = rollup->pss_bytes;
+      e.pss.stale = false;
+      e.pss.at = generation_ - spread;
+      e.pss.faults = faults;
+      e.pss.rss_bytes = e.rss_bytes;
+      e.pss.anon_bytes = e.anon_bytes;
     }
-    s.pss_from_rss = !e.pss_valid;
+    s.pss_from_rss = !e.pss.valid;
     s.pss_denied = e.pss_denied;
-    if (e.pss_valid) {
-      const auto est =
-          static_cast<std::int64_t>(e.pss_bytes) +
-          (static_cast<std::int64_t>(e.anon_bytes) - static_cast<std::int64_t>(e.pss_anon_bytes));
-      s.pss_bytes = std::min<std::uint64_t>(
-          e.rss_bytes, static_cast<std::uint64_t>(std::max<std::int64_t>(0, est)));
-    } else {
-      s.pss_bytes = e.rss_bytes;
-    }
+    s.pss_bytes = e.pss.valid ? pss::estimate(e.pss, e.rss_bytes, e.anon_bytes) : e.rss_bytes;
   } else {
     s.pss_bytes = e.rss_bytes;
   }

@@ -48,13 +48,8 @@ bool stat_moved(const ReadMarks& m, const StatNow& st) {
 
 namespace {
 
-std::uint64_t pss_unit(const ReadMarks& m) {
-  return std::max<std::uint64_t>(1, m.rss_bytes / kPssUnitBytes);
-}
-
 std::uint64_t pss_every(const ReadMarks& m) {
-  return m.rss_bytes - std::min(m.rss_bytes, m.anon_bytes) > kPssSharedFew ? kPssSharedEvery
-                                                                           : kPssFewSharedEvery;
+  return pss::shares_much(m.rss_bytes, m.anon_bytes) ? kPssSharedEvery : pss::kFewSharedEvery;
 }
 
 // What `sonde status` calls a process's command: the base name of argv[0]; the kernel's name
@@ -74,20 +69,13 @@ bool statm_due(const ReadMarks& m, const StatNow& st, int pid, std::uint64_t ref
 }
 
 bool pss_due(const ReadMarks& m, std::uint64_t faults, int pid, std::uint64_t refresh) {
-  if (!m.pss_valid) return true;
-  const std::uint64_t unit = pss_unit(m);
-  const std::uint64_t gap = refresh - std::min(refresh, m.pss_refresh);
-  const bool moved = faults != m.pss_faults || m.rss_bytes != m.pss_rss_bytes;
-  return (m.pss_stale && gap >= std::max<std::uint64_t>(1, unit / 8)) || (moved && gap >= unit) ||
-         (periodic_turn(pid, refresh, pss_every(m)) && gap >= 2 * unit);
+  if (pss::due_for_change(m.pss, refresh, faults, m.rss_bytes)) return true;
+  const std::uint64_t gap = refresh - std::min(refresh, m.pss.at);
+  return periodic_turn(pid, refresh, pss_every(m)) && gap >= 2 * pss::unit(m.rss_bytes);
 }
 
 std::uint64_t pss_estimate(const ReadMarks& m) {
-  const auto est =
-      static_cast<std::int64_t>(m.pss_bytes) +
-      (static_cast<std::int64_t>(m.anon_bytes) - static_cast<std::int64_t>(m.pss_anon_bytes));
-  return std::min<std::uint64_t>(m.rss_bytes,
-                                 static_cast<std::uint64_t>(std::max<std::int64_t>(0, est)));
+  return pss::estimate(m.pss, m.rss_bytes, m.anon_bytes);
 }
 
 bool io_due(const ReadMarks& m, const StatNow& st, bool io_known, int pid, std::uint64_t refresh) {
@@ -170,7 +158,7 @@ long Collector::read_pid_file(int pid, const char* file) {
 
 void Collector::mark_pss_stale(int pid) {
   auto it = known_.find(pid);
-  if (it != known_.end()) it->second.marks.pss_stale = true;
+  if (it != known_.end()) it->second.marks.pss.stale = true;
 }
 
 Snapshot Collector::collect() {
@@ -329,15 +317,15 @@ Snapshot Collector::collect() {
         auto rollup = pm > 0 ? procfs::parse_pid_smaps_rollup(
                                    std::string_view(buf_.data(), static_cast<std::size_t>(pm)))
                              : Result<procfs::PidSmapsRollup>(make_error(Errc::io, "unreadable"));
-        m.pss_valid = rollup.ok();
-        if (rollup) m.pss_bytes = rollup->pss_bytes;
-        m.pss_stale = false;
-        m.pss_refresh = refresh;
-        m.pss_faults = now_stat.faults;
-        m.pss_rss_bytes = m.rss_bytes;
-        m.pss_anon_bytes = m.anon_bytes;
+        m.pss.valid = rollup.ok();
+        if (rollup) m.pss.bytes = rollup->pss_bytes;
+        m.pss.stale = false;
+        m.pss.at = refresh;
+        m.pss.faults = now_stat.faults;
+        m.pss.rss_bytes = m.rss_bytes;
+        m.pss.anon_bytes = m.anon_bytes;
       }
-      if (m.pss_valid) r.pss_bytes = pss_estimate(m);
+      if (m.pss.valid) r.pss_bytes = pss_estimate(m);
     }
     // I/O: read when the process ran or waits on I/O, and periodically.
     if (!k.io_denied) {

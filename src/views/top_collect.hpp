@@ -13,6 +13,7 @@
 
 #include "core/fs.hpp"
 #include "core/procfs.hpp"
+#include "core/pss_rules.hpp"
 #include "gpu/gpu.hpp"
 #include "views/status_hooks.hpp"
 #include "views/top_model.hpp"
@@ -38,25 +39,18 @@ struct ReadMarks {
   // statm (exact resident size; `anon_bytes`: less its file-backed and shmem pages)
   bool statm_valid = false;
   std::uint64_t rss_bytes = 0, anon_bytes = 0;
-  // smaps_rollup: the Pss and what it was read against; `pss_stale`: a child appeared or went
-  bool pss_valid = false, pss_stale = false;
-  std::uint64_t pss_bytes = 0, pss_refresh = 0, pss_faults = 0, pss_rss_bytes = 0,
-                pss_anon_bytes = 0;
+  // smaps_rollup: the Pss and what it was read against (`pss.at`: the refresh)
+  pss::Mark pss;
 };
 /// stat as read at this refresh (what the decisions compare).
 struct StatNow {
   std::uint64_t cpu_ticks = 0, faults = 0, rss_pages = 0;
   char state = '?';
 };
-/// Refreshes between reads of an idle process's Pss when it has more than kPssSharedFew of
+/// Refreshes between reads of an idle process's Pss when it has more than pss::kSharedFew of
 /// file-backed and shmem pages resident (what other processes map or unmap of them changes its
-/// share), and when it has less (little that others could share but its forks, which mark it).
+/// share); pss::kFewSharedEvery when it has less (core/pss_rules.hpp).
 constexpr std::uint64_t kPssSharedEvery = 8;
-constexpr std::uint64_t kPssFewSharedEvery = 32;
-constexpr std::uint64_t kPssSharedFew = 16ull << 20;
-/// Pss reads of a process are spaced by one refresh per this much of its resident size (the
-/// kernel walks its page tables: ~15 ms for 500 MiB on a loaded 2-core VM).
-constexpr std::uint64_t kPssUnitBytes = 32ull << 20;
 /// Refreshes between reads of an idle process's statm and I/O counters.
 constexpr std::uint64_t kIoEvery = 8;
 constexpr std::uint64_t kStatmEvery = 32;
@@ -68,9 +62,9 @@ bool stat_moved(const ReadMarks& m, const StatNow& st);
 /// statm is read when the process moved, before a periodic Pss read, and every kStatmEvery.
 bool statm_due(const ReadMarks& m, const StatNow& st, int pid, std::uint64_t refresh);
 /// smaps_rollup is read (after statm, against its figures): at first; when the memory moved
-/// (faults, exact resident size) and one refresh per kPssUnitBytes resident passed; when stale
-/// (a child came or went) and an eighth of that passed; on its periodic turn (kPssSharedEvery or
-/// kPssFewSharedEvery) once twice that passed.
+/// (faults, exact resident size) and one refresh per pss::kUnitBytes resident passed; when stale
+/// (a child came or went) and an eighth of that passed (pss::due_for_change); on its periodic turn
+/// (kPssSharedEvery or pss::kFewSharedEvery) once twice that passed.
 bool pss_due(const ReadMarks& m, std::uint64_t faults, int pid, std::uint64_t refresh);
 /// Between reads: the last Pss plus the anonymous resident memory gained or lost since (its own),
 /// within [0, resident size].

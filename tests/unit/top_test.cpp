@@ -93,9 +93,9 @@ class TopCollectCopy : public ::testing::Test {
 };
 
 // A process that did not run and whose memory did not move: its Pss and I/O counters are read
-// again only on its turn (I/O every kIoEvery refreshes, Pss every kPssFewSharedEvery for one that
+// again only on its turn (I/O every kIoEvery refreshes, Pss every pss::kFewSharedEvery for one that
 // maps little that is file-backed), its I/O rate is 0 in between; a page fault makes the Pss be
-// read within one refresh per kPssUnitBytes of its resident size.
+// read within one refresh per pss::kUnitBytes of its resident size.
 TEST_F(TopCollectCopy, PssAndIoOfAnUnchangedProcessAreReadOnItsTurn) {
   Collector c(gpus_, *hooks_, options());
   c.collect();
@@ -123,15 +123,15 @@ TEST_F(TopCollectCopy, PssAndIoOfAnUnchangedProcessAreReadOnItsTurn) {
     ASSERT_NE(r, nullptr);
     ++refreshes;
   }
-  EXPECT_LE(refreshes, kPssFewSharedEvery);
+  EXPECT_LE(refreshes, pss::kFewSharedEvery);
   EXPECT_EQ(r->pss_bytes, 160000u * 1024);
   // A page fault (stat's minflt): statm and then the Pss are read again, the Pss once one
-  // refresh per kPssUnitBytes resident has passed since its last read.
+  // refresh per pss::kUnitBytes resident has passed since its last read.
   replace_in(p / "smaps_rollup", "160000 kB", "170000 kB");
   replace_in(p / "statm", "100000 50000 ", "100000 50001 ");
   replace_in(p / "stat", "4194304 100 0", "4194304 101 0");
   const std::uint64_t unit =
-      50001u * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) / kPssUnitBytes;
+      50001u * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) / pss::kUnitBytes;
   s = c.collect();
   r = find_pid(s.procs, 4242);
   ASSERT_NE(r, nullptr);
@@ -201,13 +201,13 @@ TEST(TopReads, WhenStatmPssAndIoAreDue) {
   EXPECT_TRUE(statm_due(m, st, 1, 1));  // never read
   EXPECT_TRUE(pss_due(m, 0, 1, 1));
   EXPECT_TRUE(io_due(m, st, false, 1, 1));
-  m.statm_valid = m.pss_valid = true;
+  m.statm_valid = m.pss.valid = true;
   m.rss_bytes = 8ull << 20;  // 8 MiB, of which 1 file-backed: few shared pages
   m.anon_bytes = 7ull << 20;
-  m.pss_bytes = 6ull << 20;
-  m.pss_rss_bytes = m.rss_bytes;
-  m.pss_anon_bytes = m.anon_bytes;
-  m.pss_refresh = 100;
+  m.pss.bytes = 6ull << 20;
+  m.pss.rss_bytes = m.rss_bytes;
+  m.pss.anon_bytes = m.anon_bytes;
+  m.pss.at = 100;
   const int pid = 3;  // its turns: refresh % 8 == 5 (I/O), refresh % 32 == 29 (statm, Pss)
   // Idle, not its turn: nothing.
   EXPECT_FALSE(statm_due(m, st, pid, 102));
@@ -227,25 +227,25 @@ TEST(TopReads, WhenStatmPssAndIoAreDue) {
   waits.state = 'D';
   EXPECT_TRUE(io_due(m, waits, true, pid, 102));
   // A child came or went: the Pss again.
-  m.pss_stale = true;
+  m.pss.stale = true;
   EXPECT_TRUE(pss_due(m, 0, pid, 102));
-  m.pss_stale = false;
-  // More than kPssSharedFew file-backed: every kPssSharedEvery refreshes.
+  m.pss.stale = false;
+  // More than pss::kSharedFew file-backed: every kPssSharedEvery refreshes.
   ReadMarks shared = m;
   shared.anon_bytes = 0;
-  shared.rss_bytes = kPssSharedFew + 1;
-  shared.pss_rss_bytes = shared.rss_bytes;
+  shared.rss_bytes = pss::kSharedFew + 1;
+  shared.pss.rss_bytes = shared.rss_bytes;
   EXPECT_FALSE(pss_due(shared, 0, pid, 102));
   EXPECT_TRUE(pss_due(shared, 0, pid, 109));
-  // A large process: reads spaced by its size (one refresh per kPssUnitBytes).
+  // A large process: reads spaced by its size (one refresh per pss::kUnitBytes).
   ReadMarks big = m;
-  big.rss_bytes = 10 * kPssUnitBytes;
+  big.rss_bytes = 10 * pss::kUnitBytes;
   big.anon_bytes = big.rss_bytes - (1 << 20);
-  big.pss_rss_bytes = big.rss_bytes;
+  big.pss.rss_bytes = big.rss_bytes;
   EXPECT_FALSE(pss_due(big, 1, pid, 102));
   EXPECT_FALSE(pss_due(big, 1, pid, 109));
   EXPECT_TRUE(pss_due(big, 1, pid, 110));
-  big.pss_refresh = 110;
+  big.pss.at = 110;
   EXPECT_FALSE(pss_due(big, 0, pid, 125));  // its turn, but not 2 × 10 refreshes since
   EXPECT_TRUE(pss_due(big, 0, pid, 157));
 
@@ -256,8 +256,8 @@ TEST(TopReads, WhenStatmPssAndIoAreDue) {
   EXPECT_EQ(pss_estimate(m), 7ull << 20);
   m.anon_bytes = 0;
   EXPECT_EQ(pss_estimate(m), 0u);  // never below 0
-  m.pss_bytes = 100ull << 20;
-  m.anon_bytes = m.pss_anon_bytes;
+  m.pss.bytes = 100ull << 20;
+  m.anon_bytes = m.pss.anon_bytes;
   EXPECT_EQ(pss_estimate(m), m.rss_bytes);  // never above the resident size
 }
 
