@@ -1,7 +1,8 @@
 // `sonde top --once` through the real binary: a child burning a core appears with its pid, user,
 // command and a CPU figure that agrees with the child's own CPU time; a process in another PID
 // namespace shows its pid there; the GPU blocks and GPU processes agree with `sonde status` on
-// the same fake NVML; flags are checked. The interactive view: tests/integration/top_tui_test.cpp.
+// the same fake NVML and fake ROCm (a lost GPU too); flags are checked. The interactive view:
+// tests/integration/top_tui_test.cpp.
 #include <pwd.h>
 #include <unistd.h>
 
@@ -188,21 +189,16 @@ TEST(TopOnce, ProcessInAnotherPidNamespaceShowsItsPidThere) {
 }
 
 #ifdef SONDE_FAKE_NVML
-TEST(TopOnce, AgreesWithStatusOnTheSameFakeGpus) {
-  const auto dir = scratch_dir();
-  BackgroundProcess child({workload_binary(), "hold", "1", "60"});
-  RunOptions o = plain_env(dir);
-  const std::string scenario = std::string(SONDE_FAKE_SCENARIOS) + "/nvidia_three_gpus.json";
-  for (auto& [k, v] : o.env)
-    if (k == "SONDE_NVML_LIBRARY") v = SONDE_FAKE_NVML;
-  o.env.push_back({"SONDE_FAKE_GPU_SCENARIO", scenario});
-  o.env.push_back({"SONDE_FAKE_GPU_PIDS", fmt::format("{},1,1", child.pid())});
+// `sonde status --json` and `sonde top --once` on the same fake GPUs (the environment `o`): each
+// GPU's line in top shows status' figures (a lost GPU: its error), and `pid`'s GPU memory is the
+// sum over its GPUs (when `on_gpu`: the scenario gives it some).
+void expect_top_agrees_with_status(const RunOptions& o, int pid, std::size_t gpus, bool on_gpu) {
   const RunResult st = sonde({"status", "--json", "--cpu-interval", "0"}, o);
   ASSERT_EQ(st.status, 0) << st.describe();
   const RunResult top = sonde({"top", "--once", "--interval", "0.2"}, o);
   ASSERT_EQ(top.status, 0) << top.describe();
   const json s = json::parse(st.out);
-  ASSERT_EQ(s["gpus"].size(), 4u);
+  ASSERT_EQ(s["gpus"].size(), gpus) << st.out;
   const auto lines = lines_of(top.out);
   std::uint64_t child_gpu_mem = 0;
   for (const auto& g : s["gpus"]) {
@@ -211,6 +207,10 @@ TEST(TopOnce, AgreesWithStatusOnTheSameFakeGpus) {
     const auto line = std::find_if(lines.begin(), lines.end(),
                                    [&](const std::string& l) { return l.rfind(head, 0) == 0; });
     ASSERT_NE(line, lines.end()) << head << "\n" << top.out;
+    if (g.contains("error") && !g["error"].is_null()) {  // a lost GPU: its error, no figures
+      EXPECT_NE(line->find(g["error"].get<std::string>()), std::string::npos) << *line;
+      continue;
+    }
     auto num = [&](const char* key) {
       return g[key].is_null() ? std::string("??")
                               : std::to_string(std::llround(g[key].get<double>()));
@@ -230,15 +230,43 @@ TEST(TopOnce, AgreesWithStatusOnTheSameFakeGpus) {
     }
     if (g["processes"].is_array())
       for (const auto& p : g["processes"])
-        if (p["pid"] == child.pid()) child_gpu_mem += p["gpu_memory_bytes"].get<std::uint64_t>();
+        if (p["pid"] == pid) child_gpu_mem += p["gpu_memory_bytes"].get<std::uint64_t>();
   }
+  EXPECT_NE(top.out.find("Power"), std::string::npos);  // the GPUs' power, from the host plugin
+  if (!on_gpu) return;
   // The child's GPU memory: the sum over the GPUs status lists it on.
   ASSERT_GT(child_gpu_mem, 0u);
   const Table t = table_of(top.out);
-  const std::string* row = t.row_of(child.pid());
+  const std::string* row = t.row_of(pid);
   ASSERT_NE(row, nullptr) << top.out;
   EXPECT_EQ(t.cell(*row, "GPUMEM"), top::short_bytes(static_cast<double>(child_gpu_mem))) << *row;
-  EXPECT_NE(top.out.find("Power"), std::string::npos);  // the GPUs' power, from the host plugin
+}
+
+TEST(TopOnce, AgreesWithStatusOnTheSameFakeGpus) {
+  const auto dir = scratch_dir();
+  BackgroundProcess child({workload_binary(), "hold", "1", "60"});
+  RunOptions o = plain_env(dir);
+  const std::string scenario = std::string(SONDE_FAKE_SCENARIOS) + "/nvidia_three_gpus.json";
+  for (auto& [k, v] : o.env)
+    if (k == "SONDE_NVML_LIBRARY") v = SONDE_FAKE_NVML;
+  o.env.push_back({"SONDE_FAKE_GPU_SCENARIO", scenario});
+  o.env.push_back({"SONDE_FAKE_GPU_PIDS", fmt::format("{},1,1", child.pid())});
+  expect_top_agrees_with_status(o, child.pid(), 4, true);
+}
+
+// The same through ROCm SMI (the fake librocm_smi64.so): two AMD GPUs, then one of them lost.
+TEST(TopOnce, AgreesWithStatusOnFakeAmdGpusAndALostOne) {
+  for (const char* name : {"amd_two_gpus.json", "amd_lost_gpu.json"}) {
+    SCOPED_TRACE(name);
+    const auto dir = scratch_dir();
+    BackgroundProcess child({workload_binary(), "hold", "1", "60"});
+    RunOptions o = plain_env(dir);
+    for (auto& [k, v] : o.env)
+      if (k == "SONDE_ROCM_SMI_LIBRARY") v = SONDE_FAKE_ROCM;
+    o.env.push_back({"SONDE_FAKE_GPU_SCENARIO", std::string(SONDE_FAKE_SCENARIOS) + "/" + name});
+    o.env.push_back({"SONDE_FAKE_GPU_PIDS", fmt::format("{},1,1", child.pid())});
+    expect_top_agrees_with_status(o, child.pid(), 2, std::string(name) == "amd_two_gpus.json");
+  }
 }
 #endif
 

@@ -2,7 +2,8 @@
 // capture-pane): help, sort, a filter that narrows to one process, tree, group,
 // user and job prompts, the environment view, a signal with confirmation to a
 // child of the test, --readonly and another user's process refused, a resize,
-// and the terminal restored on q and on SIGTERM.
+// the mouse (a click on a title sorts, on a row selects), and the terminal restored on q and on
+// SIGTERM.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -220,6 +221,63 @@ TEST(TopTui, EnvironmentViewAndKillWithConfirmation) {
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(*status, 128 + SIGTERM);
   t.keys({"q"});
+  t.wait_for_text("EXITED");
+}
+
+// The mouse, as a terminal reports it to a program that asked for it (xterm's X10 encoding,
+// which tmux passes on): a click on a column title sorts by that column, a second click inverts
+// it; a click on a row selects that process (k then names it).
+TEST(TopTui, MouseClickSortsAndSelects) {
+  if (!has_tmux()) GTEST_SKIP() << "tmux is not installed";
+  const auto dir = scratch_dir();
+  BackgroundProcess one({workload_binary(), "hold", "1", "56.75"});
+  BackgroundProcess two({workload_binary(), "hold", "2", "56.75"});
+  TopScreen t(dir, {"--interval", "0.5"});
+  t.wait_for_text("PID USER");
+  t.keys({"/"});
+  t.type("56.75");
+  t.keys({"Enter"});
+  std::string s = t.wait_for([](const std::string& x) { return table_rows(x).size() == 2; });
+  ASSERT_EQ(table_rows(s).size(), 2u) << s;
+  // Button 1 pressed, then released, at (col, row), both counted from 0.
+  auto click = [&](std::size_t col, std::size_t row) {
+    const std::string at =
+        std::string() + static_cast<char>(33 + col) + static_cast<char>(33 + row);
+    t.type("\x1b[M" + std::string(1, ' ') + at);
+    t.type("\x1b[M" + std::string(1, '#') + at);
+  };
+  auto title_at = [](const std::string& screen, std::size_t& row) {
+    const auto lines = lines_of(screen);
+    for (row = 0; row < lines.size(); ++row)
+      if (const auto at = lines[row].find("PID USER"); at != std::string::npos) return at;
+    return std::string::npos;
+  };
+  std::size_t title_row = 0;
+  const std::size_t pid_col = title_at(s, title_row);
+  ASSERT_NE(pid_col, std::string::npos) << s;
+  ASSERT_FALSE(contains(s, "▼PID") || contains(s, "▲PID")) << s;  // sorted by CPU% at first
+  click(pid_col + 1, title_row);
+  s = t.wait_for([](const std::string& x) { return contains(x, "▼PID") || contains(x, "▲PID"); });
+  ASSERT_TRUE(contains(s, "▼PID") || contains(s, "▲PID")) << s;
+  const std::string first = contains(s, "▼PID") ? "▼PID" : "▲PID";
+  const std::string second = first == "▼PID" ? "▲PID" : "▼PID";
+  click(pid_col + 2, title_row);
+  s = t.wait_for_text(second);
+  EXPECT_TRUE(contains(s, second)) << s;
+  // The second row of the table: select it with a click, then k asks about its process.
+  const auto lines = lines_of(s);
+  std::size_t row = title_row + 2;
+  ASSERT_LT(row, lines.size()) << s;
+  const std::string picked = std::to_string(two.pid()), other = std::to_string(one.pid());
+  const bool second_is_two = lines[row].find(picked) != std::string::npos;
+  const std::string expect = second_is_two ? picked : other;
+  ASSERT_TRUE(contains(lines[row], expect)) << s;
+  click(pid_col + 1, row);
+  sleep_for(0.3);
+  t.keys({"k"});
+  s = t.wait_for_text("Send SIGTERM to ");
+  EXPECT_TRUE(contains(s, "Send SIGTERM to " + expect)) << s;
+  t.keys({"n", "q"});
   t.wait_for_text("EXITED");
 }
 
