@@ -52,6 +52,13 @@ std::string user_name(std::uint32_t uid) {
   return name;
 }
 
+std::string command_name(const std::vector<std::string>& argv) {
+  if (argv.empty()) return "?";
+  const auto slash = argv.front().rfind('/');
+  std::string name = slash == std::string::npos ? argv.front() : argv.front().substr(slash + 1);
+  return name.empty() ? "?" : name;
+}
+
 ProcInfo read_proc_info(const std::string& proc_root, int pid) {
   ProcInfo info;
   const std::string dir = fmt::format("{}/{}", proc_root, pid);
@@ -64,10 +71,7 @@ ProcInfo read_proc_info(const std::string& proc_root, int pid) {
       info.full_command.push_back(cmd->substr(start, end - start));
       start = end + 1;
     }
-    const std::string& argv0 = info.full_command.front();
-    const auto slash = argv0.rfind('/');
-    info.command = slash == std::string::npos ? argv0 : argv0.substr(slash + 1);
-    if (info.command.empty()) info.command = "?";
+    info.command = command_name(info.full_command);
   }
   if (auto st = read_pid(proc_root, pid)) {
     info.cpu_ticks = st->cpu_ticks;

@@ -84,6 +84,8 @@ struct ProcInfo {
   std::optional<std::uint64_t> cpu_ticks;  ///< utime + stime
 };
 ProcInfo read_proc_info(const std::string& proc_root, int pid);
+/// A process's command as status shows it: the base name of argv[0]; "?" when there is none.
+std::string command_name(const std::vector<std::string>& argv);
 /// User name of a uid (cached), or the number as text.
 std::string user_name(std::uint32_t uid);
 

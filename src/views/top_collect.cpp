@@ -52,15 +52,6 @@ std::uint64_t pss_every(const ReadMarks& m) {
   return pss::shares_much(m.rss_bytes, m.anon_bytes) ? kPssSharedEvery : pss::kFewSharedEvery;
 }
 
-// What `sonde status` calls a process's command: the base name of argv[0]; the kernel's name
-// for a process without a command line (a kernel thread, a zombie).
-std::string argv0_name(const ProcRow& r) {
-  if (r.command.empty() || r.command.front() == '[') return r.comm;
-  std::string first = r.command.substr(0, r.command.find(' '));
-  if (auto slash = first.rfind('/'); slash != std::string::npos) first.erase(0, slash + 1);
-  return first.empty() ? r.comm : first;
-}
-
 }  // namespace
 
 bool statm_due(const ReadMarks& m, const StatNow& st, int pid, std::uint64_t refresh) {
@@ -138,7 +129,10 @@ void Collector::add_plugin_fields(status::StatusData& data, std::vector<ProcRow>
     status::ProcessRow& p = rows[i];
     p.pid = r.pid;
     p.user = r.user;
-    p.command = argv0_name(r);
+    // As `sonde status` names it; the kernel's name without a command line (a kernel thread).
+    const auto k = known_.find(r.pid);
+    p.command = k != known_.end() && !k->second.argv.empty() ? status::command_name(k->second.argv)
+                                                             : r.comm;
     p.gpu_memory_bytes = r.gpu_mem_bytes;
     p.cpu_percent = r.cpu_percent;
     p.rss_bytes = r.rss_bytes;
@@ -388,10 +382,7 @@ Snapshot Collector::collect() {
     status::ProcInfo info;
     info.user = k.user;
     if (!k.argv.empty()) {
-      const std::string& argv0 = k.argv.front();
-      const auto slash = argv0.rfind('/');
-      info.command = slash == std::string::npos ? argv0 : argv0.substr(slash + 1);
-      if (info.command.empty()) info.command = "?";
+      info.command = status::command_name(k.argv);
       info.full_command = k.argv;
     } else {
       info.full_command.push_back(k.comm);
